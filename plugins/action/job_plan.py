@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.job_plan: validate a launch and assign ranks, on the controller only."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import plan
+
+
+def _controller_path(value: str, variable: str) -> str:
+    path = os.path.abspath(os.path.expanduser(value))
+    if not os.path.exists(path):
+        raise plan.PlanError("%s: %s does not exist on the controller" % (variable, path))
+    return path
+
+
+def script_layout(script: Any, script_dir: Any, on_nodes: bool) -> dict[str, Any]:
+    """Where the script comes from on the controller and where it runs on the nodes."""
+    if not isinstance(script, str) or not script:
+        raise plan.PlanError("script: is required, e.g. -e script=examples/train.py")
+    if on_nodes:
+        if not os.path.isabs(script):
+            raise plan.PlanError("script: with script_on_nodes=true it must be an absolute path on the nodes, got %r" % script)
+        return {"copy_src": None, "remote_script": script, "remote_workdir": os.path.dirname(script)}
+    if script_dir:
+        source_dir = _controller_path(str(script_dir), "script_dir")
+        if not os.path.isdir(source_dir):
+            raise plan.PlanError("script_dir: %s is not a directory" % source_dir)
+        candidate = script if os.path.isabs(script) else os.path.join(source_dir, script)
+        if not os.path.exists(candidate) and not os.path.isabs(script):
+            candidate = os.path.abspath(script)
+        source = _controller_path(candidate, "script")
+        relative = os.path.relpath(source, source_dir)
+        if relative.startswith(".."):
+            raise plan.PlanError("script: %s is not inside script_dir %s" % (source, source_dir))
+        return {"copy_src": source_dir + "/", "remote_script": relative, "remote_workdir": None}
+    source = _controller_path(script, "script")
+    if not os.path.isfile(source):
+        raise plan.PlanError("script: %s is not a file" % source)
+    return {"copy_src": source, "remote_script": os.path.basename(source), "remote_workdir": None}
+
+
+class ActionModule(ActionBase):
+    """Checks every launch input before any node is touched and returns the job's plan."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(
+        ("job", "script", "script_dir", "script_on_nodes", "script_args", "nproc_per_node", "master_port", "wait",
+         "env", "logs_dir", "group")
+    )
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        try:
+            result["plan"] = self._plan(args, task_vars)
+        except plan.PlanError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        result["changed"] = False
+        return result
+
+    def _plan(self, args: dict, task_vars: dict) -> dict:
+        group = args.get("group") or plan.NODE_GROUP
+        groups = task_vars.get("groups", {})
+        if group not in groups or not groups[group]:
+            raise plan.PlanError("inventory: group '%s' is empty or missing; it must list the nodes in rank order" % group)
+        nodes = plan.order_nodes(groups[group], task_vars.get("ansible_play_hosts_all", []))
+        hostvars = task_vars["hostvars"]
+
+        def hostvars_of(host: str) -> dict:
+            found = hostvars[host]
+            return {key: self._templar.template(found.get(key)) for key in ("gpufleet_cluster_address", "ansible_host")}
+
+        script = args.get("script")
+        layout = script_layout(script, args.get("script_dir"), plan.parse_bool(args.get("script_on_nodes", False), "script_on_nodes"))
+        job = plan.validate_job_name(args.get("job") or os.path.splitext(os.path.basename(str(script)))[0])
+        run_id = plan.new_run_id()
+        planned = plan.plan_nodes(nodes, hostvars_of)
+        logs_dir = os.path.abspath(os.path.expanduser(str(args.get("logs_dir") or "logs")))
+        wait = plan.parse_bool(args.get("wait", True), "wait")
+        return {
+            "job": job,
+            "run_id": run_id,
+            "nodes": planned,
+            "hosts": [node["host"] for node in planned],
+            "nnodes": len(planned),
+            "master_host": planned[0]["host"],
+            "master_addr": planned[0]["ip"],
+            "master_port": plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535),
+            "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
+            "script_args": plan.split_script_args(args.get("script_args")),
+            "env": plan.validate_env(args.get("env")),
+            "wait": wait,
+            "logs_dir": logs_dir,
+            "job_logs_dir": os.path.join(logs_dir, job),
+            # Where the nodes' waits tell each other their state (created by job_wait, removed by job_report).
+            "gang_dir": os.path.join(tempfile.gettempdir(), "gpufleet-%s-%s" % (job, run_id)),
+            **layout,
+        }

@@ -1,0 +1,52 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.job_report: print the per-node table of a job and fail when a node failed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import report
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs once, on the controller, after every node's result is known."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("job", "hosts", "results", "logs_dir", "title", "fail_on_error", "cleanup", "show_job"))
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        hosts = list(args.get("hosts") or [])
+        results = []
+        for index, found in enumerate(args.get("results") or []):
+            entry = dict(found or {})
+            if index < len(hosts):
+                entry.setdefault("host", hosts[index])
+                entry.setdefault("node_rank", index)
+            if args.get("logs_dir"):
+                entry["log"] = os.path.join(str(args["logs_dir"]), "%s.log" % entry.get("host"))
+            results.append(entry)
+        job = str(args.get("job", "?"))
+        table = report.format_table(results, show_job=bool(args.get("show_job", False)))
+        display.display("%s\n%s" % (args.get("title") or "job %s" % job, table))
+        if args.get("cleanup"):
+            shutil.rmtree(str(args["cleanup"]), ignore_errors=True)
+        result.update(changed=False, table=table.splitlines(), results=results)
+        message = report.failure_message(job, results)
+        if message and args.get("fail_on_error", True):
+            result.update(failed=True, msg=message)
+        elif message:
+            result["warning"] = message
+        return result

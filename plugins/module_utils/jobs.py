@@ -1,0 +1,273 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A job's folder on a node, and the node-side operations on it: launch, status, stop.
+
+Layout of ``<jobs_dir>/<job>/`` (owner-only):
+
+- ``job.json``: the spec of the current launch (see launch_script.JobSpec) plus its run_id;
+- ``launch.sh`` and ``env``: the rendered launch script and environment;
+- ``supervisor.py`` and ``supervisor.log``: the supervisor and its own messages;
+- ``job.log``: the training output of this node; an earlier run's log is kept
+  as ``job.<run_id>.log`` when the job is launched again;
+- ``state.json`` and ``exit_code``: written by the supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+    JobSpec,
+    job_environment,
+    render_env_file,
+    render_launch_script,
+    torchrun_command,
+)
+
+JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+ENV_FILE = "env"
+SUPERVISOR_FILE = "supervisor.py"
+SUPERVISOR_LOG = "supervisor.log"
+_ROOT_CAUSE_RE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*\d+\))?",
+    re.S,
+)
+
+
+class JobError(Exception):
+    """The operation cannot go on; the message says why."""
+
+
+def job_dir(jobs_dir: str, job: str) -> str:
+    return os.path.join(os.path.abspath(os.path.expanduser(jobs_dir)), job)
+
+
+def tail_lines(path: str, count: int, max_bytes: int = 65536) -> list[str]:
+    """The last count lines of a text file (reading at most max_bytes from its end)."""
+    if count <= 0:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line read is probably cut
+    return lines[-count:]
+
+
+def torchrun_root_cause(lines: list[str]) -> dict | None:
+    """The first failed worker from torchrun's ChildFailedError summary: global rank, local rank, exit code."""
+    match = None
+    for match in _ROOT_CAUSE_RE.finditer("\n".join(lines)):
+        pass
+    if match is None:
+        return None
+    code = int(match.group("code"))
+    cause = {"rank": int(match.group("rank")), "local_rank": int(match.group("local")), "exit_code": code}
+    if code < 0:
+        cause["signal"] = sup.signal_name(-code)
+    return cause
+
+
+def read_spec(path: str) -> dict | None:
+    return sup.read_json(os.path.join(path, sup.SPEC_FILE))
+
+
+def status(path: str, tail: int = 0) -> dict:
+    """The job's state on this node, checked against the live processes."""
+    result: dict = {"job_dir": path, "log_path": os.path.join(path, sup.LOG_FILE)}
+    spec = read_spec(path)
+    if spec is None:
+        result["state"] = "absent"
+        return result
+    state = sup.read_json(os.path.join(path, sup.STATE_FILE))
+    if state is None or state.get("run_id") != spec.get("run_id"):
+        # Launched, but the supervisor has not written its first state yet.
+        result.update(state="starting", run_id=spec.get("run_id"))
+        return result
+    result.update(state)
+    if state.get("state") not in sup.TERMINAL_STATES and not sup.supervisor_alive(state):
+        result["state"] = "lost"
+        result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
+    ended = state.get("ended_at") or time.time()
+    if isinstance(state.get("started_at"), (int, float)):
+        result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
+    lines = tail_lines(result["log_path"], max(tail, 200))
+    result["last_line"] = lines[-1] if lines else ""
+    result["log_tail"] = lines[-tail:] if tail else []
+    if result["state"] in ("failed", "lost"):
+        cause = torchrun_root_cause(lines)
+        if cause:
+            result["root_cause"] = cause
+    result["master_port"] = spec.get("master_port")
+    return result
+
+
+def is_running(current: dict) -> bool:
+    return current.get("state") in ("starting", "running", "stopping")
+
+
+def _write(path: str, content: str, mode: int) -> None:
+    tmp = "%s.tmp" % path
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
+    env_path = os.path.join(path, ENV_FILE)
+    return {
+        sup.LAUNCH_FILE: render_launch_script(spec, env_path),
+        ENV_FILE: render_env_file(job_environment(spec)),
+    }
+
+
+def launch(
+    path: str, spec: JobSpec, run_id: str, supervisor_source: str, check_mode: bool, start_timeout_s: float = 15.0
+) -> dict:
+    """Render the job's files and start its supervisor; the same spec already running changes nothing."""
+    files = rendered_files(path, spec)
+    before = {name: _read(os.path.join(path, name)) for name in files}
+    result: dict = {
+        "job_dir": path,
+        "script_path": os.path.join(path, sup.LAUNCH_FILE),
+        "log_path": os.path.join(path, sup.LOG_FILE),
+        "cmd": torchrun_command(spec),
+        "node_rank": spec.node_rank,
+        "world_size": spec.world_size,
+        "diff": {
+            "before_header": os.path.join(path, sup.LAUNCH_FILE),
+            "after_header": os.path.join(path, sup.LAUNCH_FILE),
+            "before": before[sup.LAUNCH_FILE],
+            "after": files[sup.LAUNCH_FILE],
+        },
+    }
+    current = status(path)
+    if is_running(current):
+        running = dict(read_spec(path) or {})
+        running.pop("run_id", None)
+        if running == spec.as_dict():
+            result.update(changed=False, pid=current.get("pid"), run_id=current.get("run_id"), state=current["state"])
+            return result
+        differs = sorted(key for key, value in spec.as_dict().items() if running.get(key) != value)
+        raise JobError(
+            "job %r is already running in %s (pid %s) with other settings (%s differ); stop it first "
+            "with playbooks/stop.yml -e job=%s" % (spec.job, path, current.get("pid"), ", ".join(differs), spec.job)
+        )
+    result["changed"] = True
+    if check_mode:
+        result.update(pid=None, run_id=run_id, state="absent")
+        return result
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    _keep_previous_log(path, current)
+    for name in (sup.STATE_FILE, sup.EXIT_CODE_FILE, sup.STOP_REQUEST_FILE):
+        if os.path.exists(os.path.join(path, name)):
+            os.remove(os.path.join(path, name))
+    _write(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
+    _write(os.path.join(path, ENV_FILE), files[ENV_FILE], 0o600)
+    _write(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
+    spec_data = spec.as_dict()
+    spec_data["run_id"] = run_id
+    sup.write_json_atomic(os.path.join(path, sup.SPEC_FILE), spec_data)
+    state = _start_supervisor(path, start_timeout_s)
+    result.update(pid=state.get("pid"), supervisor_pid=state.get("supervisor_pid"), run_id=run_id, state=state["state"])
+    return result
+
+
+def _keep_previous_log(path: str, previous: dict) -> None:
+    log = os.path.join(path, sup.LOG_FILE)
+    if os.path.exists(log):
+        suffix = previous.get("run_id") or str(int(time.time()))
+        os.replace(log, os.path.join(path, "job.%s.log" % suffix))
+
+
+def _start_supervisor(path: str, timeout_s: float) -> dict:
+    log_fd = os.open(os.path.join(path, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(log_fd, "ab") as log:
+        subprocess.Popen(  # pylint: disable=consider-using-with
+            # The interpreter running this module runs the supervisor too.
+        [sys.executable, os.path.join(path, SUPERVISOR_FILE), path],
+            cwd=path,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        current = status(path)
+        if current["state"] not in ("starting", "absent") and current.get("pid"):
+            return current
+        time.sleep(0.05)
+    raise JobError(
+        "the supervisor of %s did not start within %.0f s; see %s"
+        % (path, timeout_s, os.path.join(path, SUPERVISOR_LOG))
+    )
+
+
+def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> dict:
+    """Stop this job's run on this node: only processes that carry its run token are signalled."""
+    current = status(path)
+    result = {"job_dir": path, "changed": False, "state_before": current["state"]}
+    spec = read_spec(path) or {}
+    run_id = spec.get("run_id")
+    leftovers = sup.run_processes(run_id) if run_id else []
+    if not is_running(current) and not leftovers:
+        result["state"] = current["state"]
+        return result
+    result["changed"] = True
+    if check_mode:
+        result["state"] = "stopped"
+        return result
+    _write(os.path.join(path, sup.STOP_REQUEST_FILE), reason + "\n", 0o600)
+    if is_running(current) and sup.supervisor_alive(current):
+        os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and is_running(status(path)):
+            time.sleep(0.1)
+    # The supervisor is gone, or did not finish in time: end what is left of the run directly.
+    grace = float(spec.get("grace_s", 10))
+    killed = sup.end_run(run_id, grace) if run_id else 0
+    final = status(path)
+    if is_running(final) or final["state"] == "lost":
+        state = dict(sup.read_json(os.path.join(path, sup.STATE_FILE)) or {})
+        state.update(state="stopped", stop_reason=reason, ended_at=time.time())
+        sup.write_json_atomic(os.path.join(path, sup.STATE_FILE), state)
+        final = status(path)
+    result.update(state=final["state"], killed_directly=killed, remaining=sup.run_processes(run_id) if run_id else [])
+    return result
+
+
+def list_jobs(jobs_dir: str) -> list[str]:
+    root = os.path.abspath(os.path.expanduser(jobs_dir))
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [name for name in names if os.path.isfile(os.path.join(root, name, sup.SPEC_FILE))]

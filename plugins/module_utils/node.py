@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Read-only facts about a node that a launch depends on: GPUs, the training Python, free ports."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterable
+
+PORT_RANGE = (29500, 29999)
+
+
+def gpu_count(nvidia_smi: str | None = None, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    """How many GPUs ``nvidia-smi -L`` lists; 0 where there is no nvidia-smi or it fails (no driver)."""
+    binary = nvidia_smi or shutil.which("nvidia-smi")
+    if not binary:
+        return 0
+    try:
+        done = run([binary, "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if done.returncode != 0:
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def port_in_use(port: int, host: str = "") -> bool:
+    """True when a TCP listener could not bind port on host (all addresses by default)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def pick_free_port(
+    candidates: Iterable[int] | None = None,
+    in_use: Callable[[int], bool] = port_in_use,
+    rng: random.Random | None = None,
+) -> int:
+    """A port of the torchrun range that nothing listens on, tried in random order.
+
+    Random order keeps two jobs launched at the same moment from picking the
+    same port before either has bound it.
+    """
+    ports = list(candidates if candidates is not None else range(PORT_RANGE[0], PORT_RANGE[1] + 1))
+    (rng or random.Random()).shuffle(ports)
+    for port in ports:
+        if not in_use(port):
+            return port
+    raise RuntimeError("no free TCP port in %d-%d" % (min(ports), max(ports)) if ports else "no candidate ports")
+
+
+PYTHON_CHECK = (
+    "import importlib.util, json, sys;"
+    "print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.version_info[:3],"
+    " 'torch': importlib.util.find_spec('torch') is not None}))"
+)
+
+
+def python_info(python: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
+    """Where the training Python is, its version and whether it can import torch (found, not imported)."""
+    path = python if os.sep in python else shutil.which(python)
+    if not path or not os.access(path, os.X_OK):
+        return {"found": False, "python": python}
+    try:
+        done = run([path, "-c", PYTHON_CHECK], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"found": False, "python": python, "error": str(exc)}
+    if done.returncode != 0:
+        return {"found": False, "python": python, "error": done.stderr.strip()[-500:]}
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    info.update(found=True, python=python, path=path)
+    return info

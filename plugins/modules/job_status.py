@@ -1,0 +1,124 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: job_status
+short_description: Report the state of gpufleet jobs on a node
+version_added: 0.1.0
+description:
+  - Reads a job's state as its supervisor recorded it and checks it against the live processes, so a
+    supervisor that vanished is reported as C(lost) rather than C(running).
+  - Without O(job), reports every job found in O(jobs_dir).
+  - For a failed torchrun job, the first failed worker (global rank, local rank, exit code) is read from
+    torchrun's failure summary in the log.
+author:
+  - gpufleet contributors
+attributes:
+  check_mode:
+    support: full
+    details: Reads only.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  job:
+    description: Name of the job; all jobs of O(jobs_dir) when omitted.
+    type: str
+  jobs_dir:
+    description: Folder that holds one sub-folder per job on the node.
+    type: path
+    default: ~/.gpufleet/jobs
+  tail:
+    description: Number of log lines to return in RV(jobs[].log_tail).
+    type: int
+    default: 0
+seealso:
+  - module: gpufleet.cluster.launch
+  - module: gpufleet.cluster.job_stop
+"""
+
+EXAMPLES = r"""
+- name: State of job llama-ft with the last 30 log lines
+  gpufleet.cluster.job_status:
+    job: llama-ft
+    tail: 30
+  register: __llama_status
+"""
+
+RETURN = r"""
+jobs:
+  description: One entry per job.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    job:
+      description: Job name.
+      type: str
+      returned: always
+    state:
+      description: One of C(absent), C(starting), C(running), C(stopping), C(succeeded), C(failed), C(stopped), C(lost).
+      type: str
+      returned: always
+    exit_code:
+      description: Exit code of the node's launcher (128 + signal number when it was killed by a signal).
+      type: int
+      returned: when the job has ended
+    root_cause:
+      description: torchrun's first failed worker, with C(rank), C(local_rank), C(exit_code) and C(signal) when a signal ended it.
+      type: dict
+      returned: when a failed job's log has torchrun's failure summary
+    duration_s:
+      description: Seconds from start to end (or to now while running).
+      type: float
+      returned: when the job has started
+    log_path:
+      description: The node's training log.
+      type: str
+      returned: always
+    last_line:
+      description: The last line of the log.
+      type: str
+      returned: when the job exists
+    log_tail:
+      description: The last O(tail) lines of the log.
+      type: list
+      elements: str
+      returned: when the job exists
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "job": {"type": "str"},
+            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            "tail": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["job"] and not jobs.JOB_NAME_RE.match(params["job"]):
+        module.fail_json(msg="job: %r is not a valid job name" % params["job"])
+    names = [params["job"]] if params["job"] else jobs.list_jobs(params["jobs_dir"])
+    found = []
+    for name in names:
+        entry = jobs.status(jobs.job_dir(params["jobs_dir"], name), tail=params["tail"])
+        entry["job"] = name
+        found.append(entry)
+    module.exit_json(changed=False, jobs=found)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: job_stop
+short_description: Stop one gpufleet job on a node, and only that job
+version_added: 0.1.0
+description:
+  - Asks the job's supervisor to stop (SIGTERM to the run's processes, a grace period, then SIGKILL) and waits
+    until it has recorded the end. When the supervisor is gone, ends the run's processes itself.
+  - Only processes that carry the job's run token (C(GPUFLEET_RUN_ID)) are signalled. Nothing is ever killed by
+    name or pattern, so other jobs and other users' processes are never touched.
+  - The job folder, its log and any checkpoints are kept.
+author:
+  - gpufleet contributors
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the job would be stopped; signals nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  job:
+    description: Name of the job to stop.
+    type: str
+    required: true
+  jobs_dir:
+    description: Folder that holds one sub-folder per job on the node.
+    type: path
+    default: ~/.gpufleet/jobs
+  reason:
+    description: Why the job is stopped; recorded in the job's state.
+    type: str
+    default: stopped by request
+  timeout_s:
+    description: Seconds to wait for the supervisor to finish stopping before ending the processes directly.
+    type: float
+    default: 30
+seealso:
+  - module: gpufleet.cluster.launch
+  - module: gpufleet.cluster.job_status
+"""
+
+EXAMPLES = r"""
+- name: Stop job llama-ft on every node
+  gpufleet.cluster.job_stop:
+    job: llama-ft
+    reason: stopped from the stop playbook
+"""
+
+RETURN = r"""
+state_before:
+  description: The job's state before the call.
+  returned: always
+  type: str
+  sample: running
+state:
+  description: The job's state after the call.
+  returned: always
+  type: str
+  sample: stopped
+remaining:
+  description: PIDs of the run still alive after stopping; empty on success.
+  returned: when the job was running
+  type: list
+  elements: int
+  sample: []
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "job": {"type": "str", "required": True},
+            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            "reason": {"type": "str", "default": "stopped by request"},
+            "timeout_s": {"type": "float", "default": 30},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not jobs.JOB_NAME_RE.match(params["job"]):
+        module.fail_json(msg="job: %r is not a valid job name" % params["job"])
+    result = jobs.stop(
+        jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"]
+    )
+    if result.get("remaining"):
+        module.fail_json(msg="processes of job %s are still alive: %s" % (params["job"], result["remaining"]), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: launch
+short_description: Launch one node's part of a multi-node torchrun job, detached and supervised
+version_added: 0.1.0
+description:
+  - Renders the node's launch script (torchrun with a static rendezvous and this node's rank) and the job's
+    environment file into C(<jobs_dir>/<job>/), then starts a supervisor in its own session that runs the
+    script, appends its output to C(job.log) and records the state, exit code and timestamps when it ends.
+  - Every process of the run carries a token unique to the launch (C(GPUFLEET_RUN_ID)); stopping the job
+    signals only processes that carry it, never processes found by name.
+  - The same job already running with the same settings is left alone (C(changed=false)). The same job name
+    running with other settings is an error. A job that has ended is launched again; its earlier log is kept
+    as C(job.<run_id>.log).
+  - Usually called by C(gpufleet.cluster.train) (playbook C(train.yml)), which computes ranks and ports for
+    all nodes; it can also be used on its own.
+author:
+  - gpufleet contributors
+attributes:
+  check_mode:
+    support: full
+    details: Renders the launch script and reports the difference; starts nothing.
+  diff_mode:
+    support: full
+    details: The difference of the launch script.
+  platform:
+    platforms: posix
+options:
+  job:
+    description: Name of the job; one folder name (letters, digits, C(.), C(_), C(-)).
+    type: str
+    required: true
+  jobs_dir:
+    description: Folder that holds one sub-folder per job on the node.
+    type: path
+    default: ~/.gpufleet/jobs
+  node_rank:
+    description: This node's rank, 0 for the master.
+    type: int
+    required: true
+  nnodes:
+    description: Number of nodes in the job.
+    type: int
+    required: true
+  nproc_per_node:
+    description: Processes (ranks) on this node. Defaults to the number of GPUs C(nvidia-smi -L) lists, or 1 without GPUs.
+    type: int
+  world_size:
+    description: Total number of ranks of the job; defaults to O(nnodes) times O(nproc_per_node).
+    type: int
+  master_addr:
+    description: IP address of the master node (node_rank 0), reachable from every node.
+    type: str
+    required: true
+  master_port:
+    description: TCP port of the rendezvous on the master node.
+    type: int
+    default: 29500
+  python:
+    description: The Python interpreter (a path, possibly inside a virtual environment, or a command name) that has torch.
+    type: str
+    default: python3
+  script:
+    description: The training script on the node; relative to O(workdir) when not absolute.
+    type: str
+    required: true
+  script_args:
+    description: Arguments of the training script, one list item per argument; each is quoted for the shell.
+    type: list
+    elements: str
+    default: []
+  workdir:
+    description: Working directory of the training. Defaults to the script's folder when the script path is absolute, else the job folder.
+    type: path
+  env:
+    description: Extra environment variables for every rank. Written to the job's C(env) file, readable by its owner only.
+    type: dict
+    default: {}
+  run_id:
+    description: Token that identifies this launch; generated when not given.
+    type: str
+  grace_s:
+    description: Seconds between SIGTERM and SIGKILL when the job is stopped.
+    type: float
+    default: 10
+  start_timeout_s:
+    description: Seconds to wait for the supervisor to report the job running.
+    type: float
+    default: 15
+seealso:
+  - module: gpufleet.cluster.job_status
+  - module: gpufleet.cluster.job_stop
+"""
+
+EXAMPLES = r"""
+- name: Launch node 1 of a 2-node job, 8 ranks per node
+  gpufleet.cluster.launch:
+    job: llama-ft
+    node_rank: 1
+    nnodes: 2
+    nproc_per_node: 8
+    master_addr: 192.0.2.10
+    master_port: 29500
+    python: /opt/venvs/train/bin/python
+    script: /shared/code/train.py
+    script_args: ["--epochs", "3", "--run-name", "first try"]
+    env:
+      NCCL_DEBUG: WARN
+"""
+
+RETURN = r"""
+node_rank:
+  description: The node's rank.
+  returned: always
+  type: int
+  sample: 1
+world_size:
+  description: Total number of ranks of the job.
+  returned: always
+  type: int
+  sample: 16
+pid:
+  description: PID of the node's torchrun agent (the leader of the job's process group); null in check mode.
+  returned: always
+  type: int
+  sample: 41822
+run_id:
+  description: Token of this launch, in the environment of every process of the run as C(GPUFLEET_RUN_ID).
+  returned: always
+  type: str
+  sample: 3f2c0a6e9b2d4d8e8a52c5b1d0f3e7aa
+job_dir:
+  description: The job's folder on the node.
+  returned: always
+  type: str
+  sample: /home/ml/.gpufleet/jobs/llama-ft
+log_path:
+  description: The node's training log.
+  returned: always
+  type: str
+  sample: /home/ml/.gpufleet/jobs/llama-ft/job.log
+script_path:
+  description: The rendered launch script.
+  returned: always
+  type: str
+  sample: /home/ml/.gpufleet/jobs/llama-ft/launch.sh
+cmd:
+  description: The full command the launch script runs.
+  returned: always
+  type: list
+  elements: str
+  sample: ["/opt/venvs/train/bin/python", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1"]
+state:
+  description: The job's state on this node after the call (C(running), or C(absent) in check mode).
+  returned: always
+  type: str
+  sample: running
+"""
+
+import inspect
+import os
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE, JobSpec
+
+
+def supervisor_source() -> str:
+    return inspect.getsource(sup)
+
+
+def build_spec(params: dict) -> JobSpec:
+    nproc = params["nproc_per_node"]
+    if nproc is None:
+        nproc = node.gpu_count() or 1
+    script = params["script"]
+    workdir = params["workdir"] or (os.path.dirname(script) if os.path.isabs(script) else None)
+    path = jobs.job_dir(params["jobs_dir"], params["job"])
+    return JobSpec(
+        job=params["job"],
+        node_rank=params["node_rank"],
+        nnodes=params["nnodes"],
+        nproc_per_node=nproc,
+        world_size=params["world_size"] or params["nnodes"] * nproc,
+        master_addr=params["master_addr"],
+        master_port=params["master_port"],
+        python=params["python"],
+        script=script,
+        workdir=workdir or path,
+        script_args=tuple(params["script_args"]),
+        env=tuple(sorted((str(k), str(v)) for k, v in params["env"].items())),
+        grace_s=params["grace_s"],
+    )
+
+
+def validate(module: AnsibleModule, params: dict) -> None:
+    if not jobs.JOB_NAME_RE.match(params["job"]):
+        module.fail_json(msg="job: %r is not a valid job name (letters, digits, '.', '_', '-'; no '/', no spaces)" % params["job"])
+    if not 0 <= params["node_rank"] < params["nnodes"]:
+        module.fail_json(msg="node_rank: %d is outside 0..nnodes-1 (nnodes=%d)" % (params["node_rank"], params["nnodes"]))
+    if params["nproc_per_node"] is not None and params["nproc_per_node"] < 1:
+        module.fail_json(msg="nproc_per_node: must be at least 1, got %d" % params["nproc_per_node"])
+    if not 1 <= params["master_port"] <= 65535:
+        module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
+    bad = [key for key in params["env"] if not ENV_NAME_RE.match(str(key))]
+    if bad:
+        module.fail_json(msg="env: %s not a valid environment variable name" % ", ".join(repr(k) for k in bad))
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "job": {"type": "str", "required": True},
+            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            "node_rank": {"type": "int", "required": True},
+            "nnodes": {"type": "int", "required": True},
+            "nproc_per_node": {"type": "int"},
+            "world_size": {"type": "int"},
+            "master_addr": {"type": "str", "required": True},
+            "master_port": {"type": "int", "default": 29500},
+            "python": {"type": "str", "default": "python3"},
+            "script": {"type": "str", "required": True},
+            "script_args": {"type": "list", "elements": "str", "default": []},
+            "workdir": {"type": "path"},
+            "env": {"type": "dict", "default": {}},
+            "run_id": {"type": "str"},
+            "grace_s": {"type": "float", "default": 10},
+            "start_timeout_s": {"type": "float", "default": 15},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    validate(module, params)
+    spec = build_spec(params)
+    run_id = params["run_id"] or uuid.uuid4().hex
+    try:
+        result = jobs.launch(
+            jobs.job_dir(params["jobs_dir"], params["job"]),
+            spec,
+            run_id,
+            supervisor_source(),
+            module.check_mode,
+            params["start_timeout_s"],
+        )
+    except (jobs.JobError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    if not module._diff:  # pylint: disable=protected-access
+        result.pop("diff", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

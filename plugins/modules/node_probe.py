@@ -1,0 +1,119 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_probe
+short_description: Read what a launch on this node depends on, changing nothing
+version_added: 0.1.0
+description:
+  - Counts the node's GPUs (C(nvidia-smi -L); 0 without a driver), checks that the training Python exists and
+    whether it can import torch, reports whether a job of the given name is running, and on request picks a
+    free rendezvous port or checks that a given one is free.
+  - Run by C(train.yml) on every node before anything is changed, so that a bad input fails first.
+author:
+  - gpufleet contributors
+attributes:
+  check_mode:
+    support: full
+    details: Reads only.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  python:
+    description: The training Python to look for.
+    type: str
+    default: python3
+  job:
+    description: Job name whose state to report.
+    type: str
+  jobs_dir:
+    description: Folder that holds one sub-folder per job on the node.
+    type: path
+    default: ~/.gpufleet/jobs
+  pick_port:
+    description: Pick a free TCP port in 29500-29999 and return it as RV(free_port).
+    type: bool
+    default: false
+  check_port:
+    description: Report in RV(port_in_use) whether this TCP port is taken.
+    type: int
+seealso:
+  - module: gpufleet.cluster.launch
+"""
+
+EXAMPLES = r"""
+- name: Probe the nodes before a launch
+  gpufleet.cluster.node_probe:
+    python: /opt/venvs/train/bin/python
+    job: llama-ft
+    pick_port: "{{ inventory_hostname == groups['gpu_nodes'][0] }}"
+  register: __probe
+"""
+
+RETURN = r"""
+gpu_count:
+  description: GPUs listed by C(nvidia-smi -L); 0 when there is no driver.
+  returned: always
+  type: int
+  sample: 8
+python:
+  description: The training Python, with C(found), C(path), C(version) and C(torch) (whether torch can be imported).
+  returned: always
+  type: dict
+  sample: {"found": true, "path": "/usr/bin/python3", "version": "3.11.2", "torch": true}
+job:
+  description: State of the job named by O(job) (see M(gpufleet.cluster.job_status)).
+  returned: when O(job) is given
+  type: dict
+free_port:
+  description: A free port.
+  returned: when O(pick_port=true)
+  type: int
+  sample: 29731
+port_in_use:
+  description: Whether O(check_port) is taken.
+  returned: when O(check_port) is given
+  type: bool
+  sample: false
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, node
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str", "default": "python3"},
+            "job": {"type": "str"},
+            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            "pick_port": {"type": "bool", "default": False},
+            "check_port": {"type": "int"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    result = {"changed": False, "gpu_count": node.gpu_count(), "python": node.python_info(params["python"])}
+    if params["job"]:
+        result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
+    if params["pick_port"]:
+        try:
+            result["free_port"] = node.pick_free_port()
+        except RuntimeError as exc:
+            module.fail_json(msg=str(exc), **result)
+    if params["check_port"] is not None:
+        result["port_in_use"] = node.port_in_use(params["check_port"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The per-node summary table and the failure message of a job. Pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FAILED_STATES = ("failed", "lost", "unreachable")
+COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("duration", "duration"),
+           ("log", "log"))
+JOB_COLUMN = ("job", "job")
+
+
+def _duration(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    seconds = int(round(value))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return "%d:%02d:%02d" % (hours, minutes, seconds) if hours else "%d:%02d" % (minutes, seconds)
+
+
+def _exit(result: Mapping[str, Any]) -> str:
+    if result.get("signal"):
+        return str(result["signal"])
+    code = result.get("exit_code")
+    return "-" if code is None else str(code)
+
+
+def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    rows = []
+    for result in results:
+        state = str(result.get("state", "?"))
+        if state == "stopped" and result.get("stopped_for"):
+            state = "stopped (gang)"
+        rows.append(
+            {
+                "host": str(result.get("host", "?")),
+                "job": str(result.get("job", "-")),
+                "node_rank": str(result.get("node_rank", "-")),
+                "state": state,
+                "exit": _exit(result),
+                "duration": _duration(result.get("duration_s")),
+                "log": str(result.get("log") or result.get("log_path") or "-"),
+            }
+        )
+    return rows
+
+
+def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -> str:
+    """A plain-text table, one line per node (and job), in the order given (rank order)."""
+    columns = COLUMNS[:1] + (JOB_COLUMN,) + COLUMNS[1:] if show_job else COLUMNS
+    rows = table_rows(results)
+    widths = {key: len(title) for title, key in columns}
+    for row in rows:
+        for _title, key in columns:
+            widths[key] = max(widths[key], len(row[key]))
+    out = ["  ".join(title.ljust(widths[key]) for title, key in columns).rstrip(),
+           "  ".join("-" * widths[key] for _title, key in columns)]
+    for row in rows:
+        out.append("  ".join(row[key].ljust(widths[key]) for _title, key in columns).rstrip())
+    return "\n".join(out)
+
+
+def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The node whose failure came first (earliest end); stopped nodes are never the cause."""
+    failed = [r for r in results if r.get("state") in FAILED_STATES]
+    if not failed:
+        return None
+    return min(failed, key=lambda r: (r.get("ended_at") or float("inf"), r.get("node_rank", 0)))
+
+
+def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
+    """What went wrong, naming the host, its node_rank and the exit code, with the end of its log."""
+    cause = first_failure(results)
+    if cause is None:
+        return None
+    host = cause.get("host")
+    parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
+    state = cause.get("state")
+    if state == "unreachable":
+        parts.append("the node stopped answering")
+    elif state == "lost":
+        parts.append(str(cause.get("lost_reason") or "its supervisor vanished"))
+    else:
+        parts.append("exit code %s" % _exit(cause))
+    root = cause.get("root_cause")
+    if isinstance(root, Mapping):
+        what = ("signal %s" % root["signal"]) if root.get("signal") else ("exit code %s" % root.get("exit_code"))
+        parts.append("; first failed rank: global rank %s, local rank %s, %s" % (root.get("rank"), root.get("local_rank"), what))
+    stopped = [str(r.get("host")) for r in results if r.get("state") == "stopped"]
+    if stopped:
+        parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))
+    lines = list(cause.get("log_tail") or [])[-tail_lines:]
+    where = cause.get("log") or cause.get("log_path")
+    message = "".join(parts) + "."
+    if lines:
+        message += "\nLast %d lines of %s (%s):\n%s" % (len(lines), host, where, "\n".join(lines))
+    return message
