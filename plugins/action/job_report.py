@@ -43,7 +43,7 @@ class ActionModule(ActionBase):
         display.display("%s\n%s" % (args.get("title") or "job %s" % job, table))
         if args.get("cleanup"):
             shutil.rmtree(str(args["cleanup"]), ignore_errors=True)
-        result.update(changed=False, table=table.splitlines(), results=results)
+        result.update(changed=False, table=table.splitlines())
         message = report.failure_message(job, results)
         if message and args.get("fail_on_error", True):
             result.update(failed=True, msg=message)

@@ -236,8 +236,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     current = status(path)
     result = {"job_dir": path, "changed": False, "state_before": current["state"]}
     spec = read_spec(path) or {}
-    run_id = spec.get("run_id")
-    leftovers = sup.run_processes(run_id) if run_id else []
+    token = sup.run_token(spec) if spec.get("run_id") is not None else None
+    leftovers = sup.run_processes(token) if token else []
     if not is_running(current) and not leftovers:
         result["state"] = current["state"]
         return result
@@ -253,14 +253,14 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
     grace = float(spec.get("grace_s", 10))
-    killed = sup.end_run(run_id, grace) if run_id else 0
+    killed = sup.end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == "lost":
         state = dict(sup.read_json(os.path.join(path, sup.STATE_FILE)) or {})
         state.update(state="stopped", stop_reason=reason, ended_at=time.time())
         sup.write_json_atomic(os.path.join(path, sup.STATE_FILE), state)
         final = status(path)
-    result.update(state=final["state"], killed_directly=killed, remaining=sup.run_processes(run_id) if run_id else [])
+    result.update(state=final["state"], killed_directly=killed, remaining=sup.run_processes(token) if token else [])
     return result
 
 

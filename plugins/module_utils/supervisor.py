@@ -8,9 +8,11 @@ gpufleet.cluster.launch copies this file into the job folder and starts it
 detached (its own session), as ``python3 supervisor.py JOB_DIR``. It then:
 
 - runs ``launch.sh`` in a new session and process group, output appended to
-  ``job.log``, with ``GPUFLEET_RUN_ID`` (a token unique to this launch) in its
-  environment. torchrun puts each worker in a session of its own, so the
-  token, not the process group, is what identifies every process of the run;
+  ``job.log``, with ``GPUFLEET_RUN_TOKEN`` in its environment: the launch's
+  run id and this node's rank, unique to this node's part of this run (two
+  nodes of one job may share a machine). torchrun puts each worker in a
+  session of its own, so the token, not the process group, is what
+  identifies every process of the run;
 - stops the run on SIGTERM/SIGINT/SIGHUP: SIGTERM to the run's processes, a
   grace period, then SIGKILL to whatever of the run is left;
 - after the launcher exits, by itself or stopped, ends any process of the run
@@ -39,6 +41,7 @@ LOG_FILE = "job.log"
 EXIT_CODE_FILE = "exit_code"
 STOP_REQUEST_FILE = "stop_request"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
+TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
 TERMINAL_STATES = ("succeeded", "failed", "stopped", "lost")
 _PR_SET_PDEATHSIG = 1
 
@@ -77,18 +80,23 @@ def proc_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def proc_has_token(pid: int, run_id: str) -> bool:
-    """True when process pid carries GPUFLEET_RUN_ID=run_id in its environment."""
+def run_token(spec: dict) -> str:
+    """The token of one node's part of one run: run id and node rank."""
+    return "%s.%s" % (spec["run_id"], spec["node_rank"])
+
+
+def proc_has_token(pid: int, token: str) -> bool:
+    """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
     try:
         with open("/proc/%d/environ" % pid, "rb") as handle:
             entries = handle.read().split(b"\0")
     except OSError:
         return False
-    return ("%s=%s" % (RUN_ID_VAR, run_id)).encode() in entries
+    return ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
 
 
-def run_processes(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
-    """PIDs of the live processes that carry this run's token."""
+def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """PIDs of the live processes that carry this token."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -96,15 +104,15 @@ def run_processes(run_id: str, exclude: tuple[int, ...] = ()) -> list[int]:
         pid = int(name)
         if pid in exclude or pid == os.getpid():
             continue
-        if proc_has_token(pid, run_id) and proc_start_ticks(pid) is not None:
+        if proc_has_token(pid, token) and proc_start_ticks(pid) is not None:
             found.append(pid)
     return sorted(found)
 
 
-def signal_run(run_id: str, signum: int, exclude: tuple[int, ...] = ()) -> list[int]:
-    """Send signum to every process of the run; return the PIDs signalled."""
+def signal_run(token: str, signum: int, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Send signum to every process that carries token; return the PIDs signalled."""
     sent = []
-    for pid in run_processes(run_id, exclude):
+    for pid in run_processes(token, exclude):
         try:
             os.kill(pid, signum)
             sent.append(pid)
@@ -113,15 +121,15 @@ def signal_run(run_id: str, signum: int, exclude: tuple[int, ...] = ()) -> list[
     return sent
 
 
-def end_run(run_id: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: float = 0.1) -> int:
-    """SIGTERM the run's processes, wait up to grace_s, SIGKILL the rest; return how many were signalled."""
-    first = signal_run(run_id, signal.SIGTERM, exclude)
+def end_run(token: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: float = 0.1) -> int:
+    """SIGTERM the token's processes, wait up to grace_s, SIGKILL the rest; return how many were signalled."""
+    first = signal_run(token, signal.SIGTERM, exclude)
     deadline = time.monotonic() + grace_s
-    while run_processes(run_id, exclude) and time.monotonic() < deadline:
+    while run_processes(token, exclude) and time.monotonic() < deadline:
         time.sleep(poll_s)
-    signal_run(run_id, signal.SIGKILL, exclude)
+    signal_run(token, signal.SIGKILL, exclude)
     deadline = time.monotonic() + 5.0
-    while run_processes(run_id, exclude) and time.monotonic() < deadline:
+    while run_processes(token, exclude) and time.monotonic() < deadline:
         time.sleep(poll_s)
     return len(first)
 
@@ -161,6 +169,7 @@ class Supervisor:
             raise SystemExit("gpufleet supervisor: %s is missing or unreadable" % os.path.join(job_dir, SPEC_FILE))
         self.spec = spec
         self.run_id = str(spec["run_id"])
+        self.token = run_token(spec)
         self.grace_s = float(spec.get("grace_s", 10))
         self.stop_reason: str | None = None
         self.state: dict = {
@@ -192,6 +201,7 @@ class Supervisor:
         self._save()
         env = dict(os.environ)
         env[RUN_ID_VAR] = self.run_id
+        env[TOKEN_VAR] = self.token
         with open(os.path.join(self.job_dir, LOG_FILE), "ab", buffering=0) as log:
             child = subprocess.Popen(  # pylint: disable=consider-using-with
                 ["/bin/bash", os.path.join(self.job_dir, LAUNCH_FILE)],
@@ -207,7 +217,7 @@ class Supervisor:
             self._save(state="running", pid=child.pid, pgid=child.pid)
             returncode = self._wait(child)
         # The launcher is gone; whatever of the run outlived it is ended now.
-        end_run(self.run_id, min(self.grace_s, 5.0))
+        end_run(self.token, min(self.grace_s, 5.0))
         return self._finish(returncode)
 
     def _wait(self, child: subprocess.Popen) -> int:
@@ -222,9 +232,9 @@ class Supervisor:
             if stopping_since is None:
                 stopping_since = time.monotonic()
                 self._save(state="stopping", stop_reason=self.stop_reason, stop_requested_at=time.time())
-                signal_run(self.run_id, signal.SIGTERM)
+                signal_run(self.token, signal.SIGTERM)
             elif time.monotonic() - stopping_since > self.grace_s:
-                signal_run(self.run_id, signal.SIGKILL)
+                signal_run(self.token, signal.SIGKILL)
 
     def _finish(self, returncode: int) -> int:
         exit_code = returncode if returncode >= 0 else 128 - returncode

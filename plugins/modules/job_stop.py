@@ -14,7 +14,7 @@ version_added: 0.1.0
 description:
   - Asks the job's supervisor to stop (SIGTERM to the run's processes, a grace period, then SIGKILL) and waits
     until it has recorded the end. When the supervisor is gone, ends the run's processes itself.
-  - Only processes that carry the job's run token (C(GPUFLEET_RUN_ID)) are signalled. Nothing is ever killed by
+  - Only processes that carry the job's run token on this node (C(GPUFLEET_RUN_TOKEN)) are signalled. Nothing is ever killed by
     name or pattern, so other jobs and other users' processes are never touched.
   - The job folder, its log and any checkpoints are kept.
 author:

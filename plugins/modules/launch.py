@@ -15,8 +15,9 @@ description:
   - Renders the node's launch script (torchrun with a static rendezvous and this node's rank) and the job's
     environment file into C(<jobs_dir>/<job>/), then starts a supervisor in its own session that runs the
     script, appends its output to C(job.log) and records the state, exit code and timestamps when it ends.
-  - Every process of the run carries a token unique to the launch (C(GPUFLEET_RUN_ID)); stopping the job
-    signals only processes that carry it, never processes found by name.
+  - Every process of the node's part of the run carries a token unique to it (C(GPUFLEET_RUN_TOKEN): the run id
+    and the node rank); stopping the job signals only processes that carry it, never processes found by name.
+    C(GPUFLEET_RUN_ID), the same on every node, tells the training which launch it belongs to.
   - The same job already running with the same settings is left alone (C(changed=false)). The same job name
     running with other settings is an error. A job that has ended is launched again; its earlier log is kept
     as C(job.<run_id>.log).
@@ -133,7 +134,7 @@ pid:
   type: int
   sample: 41822
 run_id:
-  description: Token of this launch, in the environment of every process of the run as C(GPUFLEET_RUN_ID).
+  description: Id of this launch, the same on every node; in every process's environment as C(GPUFLEET_RUN_ID).
   returned: always
   type: str
   sample: 3f2c0a6e9b2d4d8e8a52c5b1d0f3e7aa

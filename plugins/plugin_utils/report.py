@@ -25,9 +25,12 @@ def _duration(value: Any) -> str:
 
 
 def _exit(result: Mapping[str, Any]) -> str:
-    if result.get("signal"):
-        return str(result["signal"])
-    code = result.get("exit_code")
+    """The exit code or signal that matters: the first failed worker's when torchrun reported one."""
+    root = result.get("root_cause")
+    source = root if isinstance(root, Mapping) else result
+    if source.get("signal"):
+        return str(source["signal"])
+    code = source.get("exit_code")
     return "-" if code is None else str(code)
 
 
@@ -82,16 +85,18 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")
+    root = cause.get("root_cause")
     if state == "unreachable":
         parts.append("the node stopped answering")
     elif state == "lost":
         parts.append(str(cause.get("lost_reason") or "its supervisor vanished"))
+    elif isinstance(root, Mapping):
+        what = ("was killed by %s" % root["signal"]) if root.get("signal") else ("exited with code %s" % root.get("exit_code"))
+        parts.append("global rank %s (local rank %s) %s" % (root.get("rank"), root.get("local_rank"), what))
+    elif cause.get("signal"):
+        parts.append("the launcher was killed by %s" % cause["signal"])
     else:
-        parts.append("exit code %s" % _exit(cause))
-    root = cause.get("root_cause")
-    if isinstance(root, Mapping):
-        what = ("signal %s" % root["signal"]) if root.get("signal") else ("exit code %s" % root.get("exit_code"))
-        parts.append("; first failed rank: global rank %s, local rank %s, %s" % (root.get("rank"), root.get("local_rank"), what))
+        parts.append("the launcher exited with code %s" % cause.get("exit_code"))
     stopped = [str(r.get("host")) for r in results if r.get("state") == "stopped"]
     if stopped:
         parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))

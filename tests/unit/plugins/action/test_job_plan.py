@@ -1,0 +1,44 @@
+"""Where the training code comes from on the controller and where it runs on the nodes."""
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.action.job_plan import script_layout
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+
+
+def test_single_script_is_copied_by_itself(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert script_layout(str(script), "", False) == {
+        "copy_src": str(script), "remote_script": "train.py", "remote_workdir": None}
+
+
+def test_script_dir_is_copied_and_script_is_relative_to_it(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "main.py").write_text("")
+    layout = script_layout("sub/main.py", str(tmp_path / "pkg"), False)
+    assert layout == {"copy_src": str(tmp_path / "pkg") + "/", "remote_script": "sub/main.py", "remote_workdir": None}
+
+
+def test_script_outside_script_dir_is_refused(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "other.py").write_text("")
+    with pytest.raises(PlanError, match="is not inside script_dir"):
+        script_layout(str(tmp_path / "other.py"), str(tmp_path / "pkg"), False)
+
+
+def test_script_on_nodes_is_used_as_it_is():
+    assert script_layout("/shared/code/train.py", "", True) == {
+        "copy_src": None, "remote_script": "/shared/code/train.py", "remote_workdir": "/shared/code"}
+
+
+@pytest.mark.parametrize("script, script_dir, on_nodes, needle", [
+    ("", "", False, "script: is required"),
+    (None, "", False, "script: is required"),
+    ("/nonexistent/train.py", "", False, "script: /nonexistent/train.py does not exist on the controller"),
+    ("train.py", "/nonexistent/dir", False, "script_dir: /nonexistent/dir does not exist"),
+    ("relative.py", "", True, "must be an absolute path on the nodes"),
+])
+def test_bad_script_inputs(script, script_dir, on_nodes, needle):
+    with pytest.raises(PlanError, match=needle.replace(".", r"\.")):
+        script_layout(script, script_dir, on_nodes)

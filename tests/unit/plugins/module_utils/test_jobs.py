@@ -1,0 +1,221 @@
+"""Launch, status and stop on this machine, with real processes and the real supervisor.
+
+The launch script's torchrun is replaced by a stand-in "python" that runs the
+job's script with bash, so these tests check the supervisor's process
+handling (sessions, tokens, signals, state files) without torch.
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
+
+SOURCE = open(sup.__file__).read()
+
+
+def wait_for(predicate, timeout=15.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not met within %.0f s" % timeout)
+
+
+@pytest.fixture
+def env(tmp_path):
+    fake = tmp_path / "fake-python"
+    fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
+    fake.chmod(0o755)
+    yield tmp_path
+    # Whatever a failing test left running is stopped; the stop itself is what other tests check.
+    root = str(tmp_path / "jobs")
+    for name in jobs.list_jobs(root):
+        jobs.stop(jobs.job_dir(root, name), "test teardown", check_mode=False)
+
+
+def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0):
+    script = tmp_path / ("%s-%d.sh" % (job, node_rank))
+    script.write_text(body)
+    return JobSpec(job=job, node_rank=node_rank, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
+                   master_port=29500, python=str(tmp_path / "fake-python"), script=str(script), workdir=str(tmp_path),
+                   grace_s=grace_s)
+
+
+def launch(tmp_path, body, run_id="r1", **kwargs):
+    spec = make_spec(tmp_path, body, **kwargs)
+    path = jobs.job_dir(str(tmp_path / "jobs"), spec.job + ("" if spec.node_rank == 0 else "-n1"))
+    return path, spec, jobs.launch(path, spec, run_id, SOURCE, check_mode=False)
+
+
+def ended(path):
+    current = jobs.status(path)
+    return current if current["state"] in sup.TERMINAL_STATES else None
+
+
+def token_processes(path):
+    spec = jobs.read_spec(path)
+    return sup.run_processes(sup.run_token(spec))
+
+
+def test_success_records_state_exit_code_and_log(env):
+    path, _spec, result = launch(env, "echo hello from the job\nexit 0\n")
+    assert result["changed"] and result["state"] in ("running", "succeeded") and result["pid"]
+    final = wait_for(lambda: ended(path))
+    assert final["state"] == "succeeded" and final["exit_code"] == 0
+    assert open(os.path.join(path, "exit_code")).read() == "0\n"
+    assert "hello from the job" in open(final["log_path"]).read()
+    assert final["ended_at"] >= final["started_at"]
+
+
+def test_failure_records_the_exit_code(env):
+    path, _spec, _ = launch(env, "echo about to fail\nexit 3\n")
+    final = wait_for(lambda: ended(path))
+    assert (final["state"], final["exit_code"], final["last_line"]) == ("failed", 3, "about to fail")
+
+
+def test_job_files_are_private(env):
+    path, _spec, _ = launch(env, "exit 0\n")
+    wait_for(lambda: ended(path))
+    for name in ("env", "launch.sh", "job.json", "state.json", "job.log", "supervisor.py", "exit_code"):
+        mode = os.stat(os.path.join(path, name)).st_mode
+        assert mode & 0o077 == 0, name
+    assert os.stat(path).st_mode & 0o077 == 0
+
+
+def test_stop_ends_every_process_of_the_run_even_escaped_and_term_ignoring_ones(env):
+    body = "trap '' TERM\nsetsid sleep 300 &\nsleep 300 &\necho started\nwait\n"
+    path, _spec, _ = launch(env, body)
+    wait_for(lambda: len(token_processes(path)) >= 3)
+    started = time.monotonic()
+    result = jobs.stop(path, "test stop", check_mode=False)
+    assert time.monotonic() - started < 10
+    assert result["changed"] and result["state"] == "stopped" and result["remaining"] == []
+    assert token_processes(path) == []
+    final = jobs.status(path)
+    assert final["stop_reason"] == "test stop"
+
+
+def test_processes_left_behind_after_a_normal_end_are_ended(env):
+    path, _spec, _ = launch(env, "setsid sleep 300 &\necho leaving a daemon\nexit 0\n")
+    final = wait_for(lambda: ended(path))
+    assert final["state"] == "succeeded"
+    assert token_processes(path) == []
+
+
+def test_stop_never_touches_a_process_by_name(env):
+    bystander = subprocess.Popen(["sleep", "300"])  # same command line as the job's process
+    try:
+        path, _spec, _ = launch(env, "sleep 300\n")
+        wait_for(lambda: token_processes(path))
+        jobs.stop(path, "test", check_mode=False)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_two_jobs_side_by_side_stop_one(env):
+    path_a, _a, _ = launch(env, "sleep 300\n", job="a", run_id="ra")
+    path_b, _b, _ = launch(env, "sleep 300\n", job="b", run_id="rb")
+    wait_for(lambda: token_processes(path_a) and token_processes(path_b))
+    jobs.stop(path_a, "only a", check_mode=False)
+    assert token_processes(path_a) == []
+    assert jobs.status(path_b)["state"] == "running" and token_processes(path_b)
+    jobs.stop(path_b, "cleanup", check_mode=False)
+
+
+def test_two_nodes_of_one_run_on_one_machine_do_not_end_each_other(env):
+    # The local inventory puts two nodes of the same run (same run_id) on one machine.
+    path0, _s0, _ = launch(env, "sleep 300\n", node_rank=0, run_id="same")
+    path1, _s1, _ = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id="same")
+    assert wait_for(lambda: ended(path1))["state"] == "failed"
+    time.sleep(0.5)
+    assert jobs.status(path0)["state"] == "running" and token_processes(path0)
+    jobs.stop(path0, "cleanup", check_mode=False)
+
+
+def test_killed_supervisor_is_reported_lost_and_its_launcher_dies(env):
+    path, _spec, result = launch(env, "sleep 300\n")
+    state = wait_for(lambda: sup.read_json(os.path.join(path, "state.json")))
+    os.kill(state["supervisor_pid"], signal.SIGKILL)
+    assert wait_for(lambda: jobs.status(path)["state"] == "lost")
+    # The launcher had the supervisor's death as its parent-death signal.
+    wait_for(lambda: not os.path.exists("/proc/%d" % result["pid"]) or sup.proc_start_ticks(result["pid"]) is None)
+    assert jobs.stop(path, "cleanup", check_mode=False)["remaining"] == []
+
+
+def test_same_spec_running_is_unchanged_and_other_spec_is_refused(env):
+    path, spec, first = launch(env, "sleep 300\n")
+    again = jobs.launch(path, spec, "r2", SOURCE, check_mode=False)
+    assert again["changed"] is False and again["pid"] == first["pid"] and again["run_id"] == "r1"
+    other = JobSpec(**dict(spec.as_dict(), script_args=("--more",), env=()))
+    with pytest.raises(jobs.JobError, match=r"already running .*\(script_args differ\)"):
+        jobs.launch(path, other, "r3", SOURCE, check_mode=False)
+    jobs.stop(path, "cleanup", check_mode=False)
+
+
+def test_check_mode_writes_nothing_and_shows_the_script(env):
+    spec = make_spec(env, "exit 0\n")
+    path = jobs.job_dir(str(env / "jobs"), "j")
+    result = jobs.launch(path, spec, "r1", SOURCE, check_mode=True)
+    assert result["changed"] and result["pid"] is None
+    assert not os.path.exists(path)
+    assert result["diff"]["before"] == "" and "--node-rank=0" in result["diff"]["after"]
+
+
+def test_relaunch_after_the_end_keeps_the_earlier_log(env):
+    path, spec, _ = launch(env, "echo first run\n")
+    wait_for(lambda: ended(path))
+    jobs.launch(path, spec, "r2", SOURCE, check_mode=False)
+    wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == "r2")
+    assert "first run" in open(os.path.join(path, "job.r1.log")).read()
+
+
+def test_stop_of_an_absent_or_ended_job_changes_nothing(env):
+    assert jobs.stop(str(env / "nothing"), "x", check_mode=False)["changed"] is False
+    path, _spec, _ = launch(env, "exit 0\n")
+    wait_for(lambda: ended(path))
+    assert jobs.stop(path, "x", check_mode=False)["changed"] is False
+
+
+def test_stop_in_check_mode_signals_nothing(env):
+    path, _spec, _ = launch(env, "sleep 300\n")
+    wait_for(lambda: token_processes(path))
+    assert jobs.stop(path, "x", check_mode=True)["changed"] is True
+    assert jobs.status(path)["state"] == "running"
+    jobs.stop(path, "cleanup", check_mode=False)
+
+
+def test_list_jobs(env):
+    launch(env, "exit 0\n", job="a", run_id="ra")
+    launch(env, "exit 0\n", job="b", run_id="rb")
+    assert jobs.list_jobs(str(env / "jobs")) == ["a", "b"]
+    assert jobs.list_jobs(str(env / "none")) == []
+
+
+def test_tail_lines_reads_only_the_end(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("".join("line %d\n" % i for i in range(100000)))
+    assert jobs.tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
+    assert jobs.tail_lines(str(tmp_path / "missing"), 3) == []
+
+
+def test_root_cause_from_real_torchrun_output():
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_child_failed.log")
+    lines = open(fixture).read().splitlines()
+    assert jobs.torchrun_root_cause(lines) == {"rank": 1, "local_rank": 0, "exit_code": 3}
+
+
+def test_root_cause_with_a_signal():
+    lines = ["Root Cause (first observed failure):", "[0]:", "  time      : x", "  host      : h",
+             "  rank      : 6 (local_rank: 2)", "  exitcode  : -9 (pid: 123)"]
+    assert jobs.torchrun_root_cause(lines) == {"rank": 6, "local_rank": 2, "exit_code": -9, "signal": "SIGKILL"}
+    assert jobs.torchrun_root_cause(["nothing here"]) is None

@@ -1,0 +1,81 @@
+"""Rendering: what bash makes of the launch script and env file is exactly what was asked for.
+
+These tests run the rendered files with the real bash and a stand-in for the
+training Python that prints the arguments and environment it received.
+"""
+
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+    JobSpec, job_environment, render_env_file, render_launch_script, torchrun_command)
+
+NASTY = ["plain", "with space", "it's", 'say "hi"', "$HOME", "`id`", "back\\slash", "new\nline", "*", "", "--x=a b"]
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """An executable that records its argv and environment as JSON, standing in for python -m torch.distributed.run."""
+    path = tmp_path / "python"
+    path.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        "json.dump({'argv': sys.argv[1:], 'env': dict(os.environ), 'cwd': os.getcwd()}, open(os.environ['OUT'], 'w'))\n"
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def spec(fake_python, workdir, **over):
+    values = dict(job="j", node_rank=1, nnodes=2, nproc_per_node=4, world_size=8, master_addr="192.0.2.1",
+                  master_port=29501, python=fake_python, script="train.py", workdir=str(workdir),
+                  script_args=tuple(NASTY), env=tuple(sorted({"QUOTED": "a 'b' \"c\" $d", "EMPTY": ""}.items())))
+    values.update(over)
+    return JobSpec(**values)
+
+
+def run_rendered(job_spec, tmp_path):
+    env_path = tmp_path / "env"
+    env_path.write_text(render_env_file(job_environment(job_spec)))
+    script = tmp_path / "launch.sh"
+    script.write_text(render_launch_script(job_spec, str(env_path)))
+    out = tmp_path / "out.json"
+    subprocess.run(["bash", str(script)], check=True, env={"OUT": str(out), "PATH": os.environ["PATH"]})
+    return json.loads(out.read_text())
+
+
+def test_arguments_and_env_survive_quoting(fake_python, tmp_path):
+    workdir = tmp_path / "work dir"
+    workdir.mkdir()
+    job_spec = spec(fake_python, workdir)
+    seen = run_rendered(job_spec, tmp_path)
+    assert seen["argv"] == torchrun_command(job_spec)[1:]
+    assert seen["argv"][-len(NASTY):] == NASTY
+    assert seen["env"]["QUOTED"] == "a 'b' \"c\" $d"
+    assert seen["env"]["EMPTY"] == ""
+    assert seen["env"]["NODE_RANK"] == "1" and seen["env"]["NNODES"] == "2" and seen["env"]["GPUFLEET_JOB"] == "j"
+    assert seen["cwd"] == str(workdir)
+
+
+def test_torchrun_command_carries_rank_layout():
+    job_spec = JobSpec(job="j", node_rank=3, nnodes=4, nproc_per_node=8, world_size=32, master_addr="192.0.2.9",
+                       master_port=29600, python="/venv/bin/python", script="t.py", workdir="/w")
+    assert torchrun_command(job_spec) == [
+        "/venv/bin/python", "-m", "torch.distributed.run", "--nnodes=4", "--node-rank=3", "--nproc-per-node=8",
+        "--master-addr=192.0.2.9", "--master-port=29600", "--rdzv-backend=static", "--max-restarts=0", "t.py"]
+
+
+def test_env_file_rejects_bad_names():
+    with pytest.raises(ValueError):
+        render_env_file({"BAD NAME": "x"})
+
+
+def test_spec_round_trips_through_a_dict():
+    job_spec = JobSpec(job="j", node_rank=0, nnodes=1, nproc_per_node=1, world_size=1, master_addr="a",
+                       master_port=1, python="p", script="s", workdir="w", script_args=("a",), env=(("K", "V"),))
+    data = job_spec.as_dict()
+    assert data["script_args"] == ["a"] and data["env"] == {"K": "V"}
+    assert json.loads(json.dumps(data)) == data

@@ -1,0 +1,54 @@
+"""The summary table and the failure message: the first failure by time, named by host, rank and exit code."""
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import report
+
+OK = {"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0, "duration_s": 75.2, "log": "logs/j/node0.log"}
+
+
+def test_table_has_one_aligned_line_per_node_in_order():
+    rows = [OK, dict(OK, host="node1", node_rank=1, duration_s=3725)]
+    lines = report.format_table(rows).splitlines()
+    assert lines[0].split() == ["node", "rank", "state", "exit", "duration", "log"]
+    assert lines[2].split() == ["node0", "0", "succeeded", "0", "1:15", "logs/j/node0.log"]
+    assert lines[3].split() == ["node1", "1", "succeeded", "0", "1:02:05", "logs/j/node0.log"]
+    assert lines[0].index("state") == lines[2].index("succeeded") == lines[3].index("succeeded")
+
+
+def test_table_shows_the_workers_exit_code_and_gang_stops():
+    failed = {"host": "n1", "node_rank": 1, "state": "failed", "exit_code": 1,
+              "root_cause": {"rank": 3, "local_rank": 1, "exit_code": 3}}
+    stopped = {"host": "n0", "node_rank": 0, "state": "stopped", "exit_code": 1, "stopped_for": "n1"}
+    rows = report.table_rows([stopped, failed])
+    assert rows[0]["state"] == "stopped (gang)"
+    assert rows[1]["exit"] == "3"
+
+
+def test_job_column_for_status():
+    assert report.format_table([dict(OK, job="llama")], show_job=True).splitlines()[0].split()[:2] == ["node", "job"]
+
+
+def test_no_failure_no_message():
+    assert report.failure_message("j", [OK]) is None
+
+
+def test_first_failure_by_time_and_stopped_nodes_are_not_the_cause():
+    results = [
+        dict(OK, state="stopped", ended_at=5.0, stopped_for="node2"),
+        dict(OK, host="node1", node_rank=1, state="failed", exit_code=7, ended_at=9.0, log_tail=["later"]),
+        dict(OK, host="node2", node_rank=2, state="failed", exit_code=1, ended_at=4.0,
+             root_cause={"rank": 5, "local_rank": 1, "exit_code": 3}, log_tail=["x%d" % i for i in range(40)]),
+    ]
+    message = report.failure_message("train", results)
+    first_line = message.splitlines()[0]
+    assert first_line.startswith("job train failed on node2 (node_rank 2): global rank 5 (local rank 1) exited with code 3")
+    assert "stopped on the other nodes: node0" in first_line
+    assert message.splitlines()[1] == "Last 30 lines of node2 (logs/j/node0.log):"
+    assert message.splitlines()[2:] == ["x%d" % i for i in range(10, 40)]
+
+
+def test_signal_and_unreachable_messages():
+    killed = dict(OK, state="failed", exit_code=137, signal=None, root_cause={"rank": 0, "local_rank": 0,
+                                                                             "exit_code": -9, "signal": "SIGKILL"})
+    assert "was killed by SIGKILL" in report.failure_message("j", [killed])
+    gone = dict(OK, state="unreachable")
+    assert "stopped answering" in report.failure_message("j", [gone])
