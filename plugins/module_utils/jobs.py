@@ -43,12 +43,18 @@ _ROOT_CAUSE_RE = re.compile(
 )
 
 
+# torchrun's agent logs this line first when a worker fails; its traceback and summary follow.
+_AGENT_REPORT_RE = re.compile(r"torch/distributed/elastic/multiprocessing/api\.py:\d+\] failed \(exitcode")
+
+
 class JobError(Exception):
     """The operation cannot go on; the message says why."""
 
 
 def job_dir(jobs_dir: str, job: str) -> str:
-    return os.path.join(os.path.abspath(os.path.expanduser(jobs_dir)), job)
+    """The job's folder; with job "" the jobs folder itself, absolute, '~' expanded with this process's HOME."""
+    root = os.path.abspath(os.path.expanduser(jobs_dir))
+    return os.path.join(root, job) if job else root
 
 
 def tail_lines(path: str, count: int, max_bytes: int = 65536) -> list[str]:
@@ -83,6 +89,14 @@ def torchrun_root_cause(lines: list[str]) -> dict | None:
     return cause
 
 
+def without_agent_report(lines: list[str]) -> list[str]:
+    """The log up to torchrun's own failure report, which torchrun_root_cause() already sums up."""
+    for index, line in enumerate(lines):
+        if _AGENT_REPORT_RE.search(line):
+            return lines[:index]
+    return lines
+
+
 def read_spec(path: str) -> dict | None:
     return sup.read_json(os.path.join(path, sup.SPEC_FILE))
 
@@ -108,11 +122,11 @@ def status(path: str, tail: int = 0) -> dict:
         result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
     lines = tail_lines(result["log_path"], max(tail, 200))
     result["last_line"] = lines[-1] if lines else ""
+    cause = torchrun_root_cause(lines) if result["state"] in ("failed", "lost") else None
+    if cause:
+        result["root_cause"] = cause
+        lines = without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
-    if result["state"] in ("failed", "lost"):
-        cause = torchrun_root_cause(lines)
-        if cause:
-            result["root_cause"] = cause
     result["master_port"] = spec.get("master_port")
     return result
 

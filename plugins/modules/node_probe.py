@@ -73,6 +73,11 @@ job:
   description: State of the job named by O(job) (see M(gpufleet.cluster.job_status)).
   returned: when O(job) is given
   type: dict
+jobs_dir:
+  description: O(jobs_dir) as an absolute path on the node (C(~) expanded with the module's C(HOME)).
+  returned: always
+  type: str
+  sample: /home/ml/.gpufleet/jobs
 free_port:
   description: A free port.
   returned: when O(pick_port=true)
@@ -102,7 +107,13 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    result = {"changed": False, "gpu_count": node.gpu_count(), "python": node.python_info(params["python"])}
+    result = {
+        "changed": False,
+        "gpu_count": node.gpu_count(),
+        "python": node.python_info(params["python"]),
+        # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
+        "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),
+    }
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:

@@ -219,3 +219,10 @@ def test_root_cause_with_a_signal():
              "  rank      : 6 (local_rank: 2)", "  exitcode  : -9 (pid: 123)"]
     assert jobs.torchrun_root_cause(lines) == {"rank": 6, "local_rank": 2, "exit_code": -9, "signal": "SIGKILL"}
     assert jobs.torchrun_root_cause(["nothing here"]) is None
+
+
+def test_log_tail_of_a_failed_torchrun_job_ends_before_the_agents_own_report():
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_child_failed.log")
+    lines = open(fixture).read().splitlines()
+    assert jobs.without_agent_report(lines) == ["failing now"]
+    assert jobs.without_agent_report(["just", "training"]) == ["just", "training"]
