@@ -223,9 +223,9 @@ def _keep_previous_log(path: str, previous: dict) -> None:
 def _start_supervisor(path: str, timeout_s: float) -> dict:
     log_fd = os.open(os.path.join(path, SUPERVISOR_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(log_fd, "ab") as log:
+        # The interpreter running this module runs the supervisor too.
         subprocess.Popen(  # pylint: disable=consider-using-with
-            # The interpreter running this module runs the supervisor too.
-        [sys.executable, os.path.join(path, SUPERVISOR_FILE), path],
+            [sys.executable, os.path.join(path, SUPERVISOR_FILE), path],
             cwd=path,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -18,7 +18,9 @@ description:
   - For a failed torchrun job, the first failed worker (global rank, local rank, exit code) is read from
     torchrun's failure summary in the log.
 author:
-  - gpufleet contributors
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -26,6 +28,7 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 options:
   job:

@@ -18,7 +18,9 @@ description:
     name or pattern, so other jobs and other users' processes are never touched.
   - The job folder, its log and any checkpoints are kept.
 author:
-  - gpufleet contributors
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -26,6 +28,7 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 options:
   job:

@@ -15,7 +15,7 @@ description:
   - Renders the node's launch script (torchrun with a static rendezvous and this node's rank) and the job's
     environment file into C(<jobs_dir>/<job>/), then starts a supervisor in its own session that runs the
     script, appends its output to C(job.log) and records the state, exit code and timestamps when it ends.
-  - Every process of the node's part of the run carries a token unique to it (C(GPUFLEET_RUN_TOKEN): the run id
+  - Every process of the node's part of the run carries a token unique to it, C(GPUFLEET_RUN_TOKEN) (the run id
     and the node rank); stopping the job signals only processes that carry it, never processes found by name.
     C(GPUFLEET_RUN_ID), the same on every node, tells the training which launch it belongs to.
   - The same job already running with the same settings is left alone (C(changed=false)). The same job name
@@ -24,7 +24,9 @@ description:
   - Usually called by C(gpufleet.cluster.train) (playbook C(train.yml)), which computes ranks and ports for
     all nodes; it can also be used on its own.
 author:
-  - gpufleet contributors
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -33,6 +35,7 @@ attributes:
     support: full
     details: The difference of the launch script.
   platform:
+    support: full
     platforms: posix
 options:
   job:

@@ -17,7 +17,9 @@ description:
     free rendezvous port or checks that a given one is free.
   - Run by C(train.yml) on every node before anything is changed, so that a bad input fails first.
 author:
-  - gpufleet contributors
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -25,6 +27,7 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 options:
   python:

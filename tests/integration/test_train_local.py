@@ -137,7 +137,7 @@ def test_make_demo_in_a_fresh_copy_of_the_checkout(tmp_path):
     venv = os.path.dirname(os.path.dirname(sys.executable))  # the one `make test` built; make checks its stamp
     env = dict(os.environ, HOME=str(tmp_path / "home"))  # fresh ~/.gpufleet too
     done = subprocess.run(["make", "demo", "VENV=%s" % venv], cwd=copy, env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, check=False)
     print(done.stdout[-3000:], done.stderr[-3000:])
     assert done.returncode == 0
     node0 = (copy / "logs" / "train" / "node0.log").read_text()

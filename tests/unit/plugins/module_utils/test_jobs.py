@@ -76,13 +76,13 @@ def test_success_records_state_exit_code_and_log(env):
 
 
 def test_failure_records_the_exit_code(env):
-    path, _spec, _ = launch(env, "echo about to fail\nexit 3\n")
+    path, _spec, _launched = launch(env, "echo about to fail\nexit 3\n")
     final = wait_for(lambda: ended(path))
     assert (final["state"], final["exit_code"], final["last_line"]) == ("failed", 3, "about to fail")
 
 
 def test_job_files_are_private(env):
-    path, _spec, _ = launch(env, "exit 0\n")
+    path, _spec, _launched = launch(env, "exit 0\n")
     wait_for(lambda: ended(path))
     for name in ("env", "launch.sh", "job.json", "state.json", "job.log", "supervisor.py", "exit_code"):
         mode = os.stat(os.path.join(path, name)).st_mode
@@ -92,7 +92,7 @@ def test_job_files_are_private(env):
 
 def test_stop_ends_every_process_of_the_run_even_escaped_and_term_ignoring_ones(env):
     body = "trap '' TERM\nsetsid sleep 300 &\nsleep 300 &\necho started\nwait\n"
-    path, _spec, _ = launch(env, body)
+    path, _spec, _launched = launch(env, body)
     wait_for(lambda: len(token_processes(path)) >= 3)
     started = time.monotonic()
     result = jobs.stop(path, "test stop", check_mode=False)
@@ -104,7 +104,7 @@ def test_stop_ends_every_process_of_the_run_even_escaped_and_term_ignoring_ones(
 
 
 def test_processes_left_behind_after_a_normal_end_are_ended(env):
-    path, _spec, _ = launch(env, "setsid sleep 300 &\necho leaving a daemon\nexit 0\n")
+    path, _spec, _launched = launch(env, "setsid sleep 300 &\necho leaving a daemon\nexit 0\n")
     final = wait_for(lambda: ended(path))
     assert final["state"] == "succeeded"
     assert token_processes(path) == []
@@ -113,7 +113,7 @@ def test_processes_left_behind_after_a_normal_end_are_ended(env):
 def test_stop_never_touches_a_process_by_name(env):
     bystander = subprocess.Popen(["sleep", "300"])  # same command line as the job's process
     try:
-        path, _spec, _ = launch(env, "sleep 300\n")
+        path, _spec, _launched = launch(env, "sleep 300\n")
         wait_for(lambda: token_processes(path))
         jobs.stop(path, "test", check_mode=False)
         assert bystander.poll() is None
@@ -123,8 +123,8 @@ def test_stop_never_touches_a_process_by_name(env):
 
 
 def test_two_jobs_side_by_side_stop_one(env):
-    path_a, _a, _ = launch(env, "sleep 300\n", job="a", run_id="ra")
-    path_b, _b, _ = launch(env, "sleep 300\n", job="b", run_id="rb")
+    path_a, _a, _launched = launch(env, "sleep 300\n", job="a", run_id="ra")
+    path_b, _b, _launched = launch(env, "sleep 300\n", job="b", run_id="rb")
     wait_for(lambda: token_processes(path_a) and token_processes(path_b))
     jobs.stop(path_a, "only a", check_mode=False)
     assert token_processes(path_a) == []
@@ -134,8 +134,8 @@ def test_two_jobs_side_by_side_stop_one(env):
 
 def test_two_nodes_of_one_run_on_one_machine_do_not_end_each_other(env):
     # The local inventory puts two nodes of the same run (same run_id) on one machine.
-    path0, _s0, _ = launch(env, "sleep 300\n", node_rank=0, run_id="same")
-    path1, _s1, _ = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id="same")
+    path0, _s0, _launched = launch(env, "sleep 300\n", node_rank=0, run_id="same")
+    path1, _s1, _launched = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id="same")
     assert wait_for(lambda: ended(path1))["state"] == "failed"
     time.sleep(0.5)
     assert jobs.status(path0)["state"] == "running" and token_processes(path0)
@@ -172,7 +172,7 @@ def test_check_mode_writes_nothing_and_shows_the_script(env):
 
 
 def test_relaunch_after_the_end_keeps_the_earlier_log(env):
-    path, spec, _ = launch(env, "echo first run\n")
+    path, spec, _launched = launch(env, "echo first run\n")
     wait_for(lambda: ended(path))
     jobs.launch(path, spec, "r2", SOURCE, check_mode=False)
     wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == "r2")
@@ -181,13 +181,13 @@ def test_relaunch_after_the_end_keeps_the_earlier_log(env):
 
 def test_stop_of_an_absent_or_ended_job_changes_nothing(env):
     assert jobs.stop(str(env / "nothing"), "x", check_mode=False)["changed"] is False
-    path, _spec, _ = launch(env, "exit 0\n")
+    path, _spec, _launched = launch(env, "exit 0\n")
     wait_for(lambda: ended(path))
     assert jobs.stop(path, "x", check_mode=False)["changed"] is False
 
 
 def test_stop_in_check_mode_signals_nothing(env):
-    path, _spec, _ = launch(env, "sleep 300\n")
+    path, _spec, _launched = launch(env, "sleep 300\n")
     wait_for(lambda: token_processes(path))
     assert jobs.stop(path, "x", check_mode=True)["changed"] is True
     assert jobs.status(path)["state"] == "running"

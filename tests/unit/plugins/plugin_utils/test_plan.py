@@ -130,4 +130,4 @@ def test_bad_bool():
 
 
 def test_run_ids_are_unique():
-    assert len({plan.new_run_id() for _ in range(100)}) == 100
+    assert len({plan.new_run_id() for _index in range(100)}) == 100

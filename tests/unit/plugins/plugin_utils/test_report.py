@@ -47,8 +47,8 @@ def test_first_failure_by_time_and_stopped_nodes_are_not_the_cause():
 
 
 def test_signal_and_unreachable_messages():
-    killed = dict(OK, state="failed", exit_code=137, signal=None, root_cause={"rank": 0, "local_rank": 0,
-                                                                             "exit_code": -9, "signal": "SIGKILL"})
+    root = {"rank": 0, "local_rank": 0, "exit_code": -9, "signal": "SIGKILL"}
+    killed = dict(OK, state="failed", exit_code=137, signal=None, root_cause=root)
     assert "was killed by SIGKILL" in report.failure_message("j", [killed])
     gone = dict(OK, state="unreachable")
     assert "stopped answering" in report.failure_message("j", [gone])

@@ -1,0 +1,119 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# This file holds documentation only: the work is done by the action plugin of the same name, on the controller.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: job_plan
+short_description: Check a job's launch inputs and give each node its rank, on the controller
+version_added: 0.1.0
+description:
+  - Runs on the controller only, before any node is touched. Takes the hosts of group O(group) in inventory order,
+    kept to the play's hosts (C(--limit)), as the nodes in rank order; the first is the master (node_rank 0).
+  - Each node's cluster address is C(gpufleet_cluster_address), else C(ansible_host), else the inventory name; each is
+    resolved to an IP literal on the controller. An address that does not resolve, or two nodes with the same
+    address, fail naming the host and the variable.
+  - Also checks the job name, the script (it must exist on the controller unless O(script_on_nodes)), the script's
+    arguments, C(nproc_per_node), C(master_port) and the environment's variable names.
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  check_mode:
+    support: full
+    details: Reads only.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+  action:
+    support: full
+    details: Runs entirely on the controller.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+options:
+  job:
+    description: Job name; defaults to the script's file name without its extension.
+    type: str
+  script:
+    description: The training script, on the controller (or on the nodes with O(script_on_nodes)).
+    type: str
+    required: true
+  script_dir:
+    description: A folder to copy with the script; O(script) is then relative to it.
+    type: str
+  script_on_nodes:
+    description: The script is already on every node at the absolute path O(script); nothing is copied.
+    type: bool
+    default: false
+  script_args:
+    description: The script's arguments as one string, split like a shell does.
+    type: str
+  nproc_per_node:
+    description: Ranks per node (at least 1); the nodes' GPU count when unset.
+    type: raw
+  master_port:
+    description: Rendezvous port on the master; a free one is picked when unset.
+    type: raw
+  wait:
+    description: Whether the play waits for the job to end.
+    type: bool
+    default: true
+  env:
+    description: Environment variables for every rank.
+    type: dict
+  logs_dir:
+    description: Controller folder for the fetched logs.
+    type: str
+    default: logs
+  group:
+    description: The inventory group that lists the nodes in rank order.
+    type: str
+    default: gpu_nodes
+seealso:
+  - module: gpufleet.cluster.launch
+"""
+
+EXAMPLES = r"""
+- name: Plan the job
+  gpufleet.cluster.job_plan:
+    script: examples/train.py
+    script_args: --epochs 5
+  run_once: true
+  register: __job_plan
+"""
+
+RETURN = r"""
+plan:
+  description: The job's plan.
+  returned: success
+  type: dict
+  contains:
+    job:
+      description: The job name.
+      type: str
+    run_id:
+      description: Id of this launch, the same on every node.
+      type: str
+    nodes:
+      description: One entry per node in rank order, with C(host), C(node_rank), C(address) and C(ip).
+      type: list
+      elements: dict
+    master_addr:
+      description: The master's IP address.
+      type: str
+    script_args:
+      description: The script's arguments, one item per argument.
+      type: list
+      elements: str
+"""

@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# This file holds documentation only: the work is done by the action plugin of the same name.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: job_wait
+short_description: Wait for a job on a node, stopping it as soon as another node's part fails
+version_added: 0.1.0
+description:
+  - Polls the node's job with M(gpufleet.cluster.job_status) until it ends, and returns the node's final result.
+  - All nodes of the job run this task at once; after each poll each writes its state into O(gang_dir) on the
+    controller and reads the others'. When another node's part failed, was stopped or its node stopped answering
+    (O(max_misses) polls in a row), this node's part is stopped with M(gpufleet.cluster.job_stop) and reported as
+    stopped, not failed.
+  - With O(progress), prints the last line of the node's log every O(progress_s) seconds when it changed.
+  - The task itself never fails because the job failed; M(gpufleet.cluster.job_report) decides after the logs are fetched.
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  check_mode:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+  action:
+    support: full
+    details: The loop runs on the controller; each poll runs a module on the node.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+options:
+  job:
+    description: Job name.
+    type: str
+    required: true
+  jobs_dir:
+    description: The jobs folder on the node.
+    type: str
+    default: ~/.gpufleet/jobs
+  node_rank:
+    description: The node's rank, for the report.
+    type: int
+  hosts:
+    description: All nodes of the job (their states are read from O(gang_dir)).
+    type: list
+    elements: str
+  gang_dir:
+    description: Controller folder where the nodes' waits exchange their states.
+    type: str
+    required: true
+  poll_s:
+    description: Seconds between polls.
+    type: float
+    default: 2
+  progress:
+    description: Print the last line of the node's log as it changes.
+    type: bool
+    default: false
+  progress_s:
+    description: Seconds between progress lines.
+    type: float
+    default: 5
+  max_misses:
+    description: Failed polls in a row after which the node counts as unreachable.
+    type: int
+    default: 3
+  tail:
+    description: Log lines to return at the end.
+    type: int
+    default: 30
+"""
+
+EXAMPLES = r"""
+- name: Wait for the job
+  gpufleet.cluster.job_wait:
+    job: llama-ft
+    hosts: "{{ ansible_play_hosts }}"
+    gang_dir: /tmp/gpufleet-llama-ft
+    progress: "{{ inventory_hostname == ansible_play_hosts[0] }}"
+  register: __job_wait
+"""
+
+RETURN = r"""
+job_result:
+  description: The node's final state (see M(gpufleet.cluster.job_status)), with C(host), C(node_rank) and, when
+    another node's failure stopped it, C(stopped_for).
+  returned: always
+  type: dict
+"""
