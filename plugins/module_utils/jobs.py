@@ -161,9 +161,18 @@ def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
 
 
 def launch(
-    path: str, spec: JobSpec, run_id: str, supervisor_source: str, check_mode: bool, start_timeout_s: float = 15.0
+    path: str,
+    spec: JobSpec,
+    run_id: str,
+    supervisor_source: str,
+    check_mode: bool,
+    start_timeout_s: float = 15.0,
+    script_content: str | None = None,
 ) -> dict:
-    """Render the job's files and start its supervisor; the same spec already running changes nothing."""
+    """Render the job's files (and the script, when its text is given) and start its supervisor.
+
+    The same spec already running changes nothing.
+    """
     files = rendered_files(path, spec)
     before = {name: _read(os.path.join(path, name)) for name in files}
     result: dict = {
@@ -199,6 +208,8 @@ def launch(
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
     _keep_previous_log(path, current)
+    if script_content is not None:
+        _write_script(spec, script_content)
     for name in (sup.STATE_FILE, sup.EXIT_CODE_FILE, sup.STOP_REQUEST_FILE):
         if os.path.exists(os.path.join(path, name)):
             os.remove(os.path.join(path, name))
@@ -211,6 +222,12 @@ def launch(
     state = _start_supervisor(path, start_timeout_s)
     result.update(pid=state.get("pid"), supervisor_pid=state.get("supervisor_pid"), run_id=run_id, state=state["state"])
     return result
+
+
+def _write_script(spec: JobSpec, content: str) -> None:
+    target = os.path.join(spec.workdir, spec.script)
+    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+    _write(target, content, 0o600)
 
 
 def _keep_previous_log(path: str, previous: dict) -> None:

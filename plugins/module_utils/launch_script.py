@@ -36,6 +36,8 @@ class JobSpec:
     script_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     grace_s: float = 10.0
+    # The sha256 of a script written by the launch itself (script_content), so that changed code is a changed spec.
+    script_sha256: str = ""
 
     def as_dict(self) -> dict:
         data = asdict(self)

@@ -76,6 +76,12 @@ options:
     description: The training script on the node; relative to O(workdir) when not absolute.
     type: str
     required: true
+  script_content:
+    description:
+      - The training script's text. When given, it is written (owner-only) to O(script) under O(workdir) before the
+        launch, so one call both stages and starts a single-file script.
+      - Part of the job's settings, so a different script for a running job of the same name is an error.
+    type: str
   script_args:
     description: Arguments of the training script, one list item per argument; each is quoted for the shell.
     type: list
@@ -169,6 +175,7 @@ state:
   sample: running
 """
 
+import hashlib
 import inspect
 import os
 import uuid
@@ -203,6 +210,7 @@ def build_spec(params: dict) -> JobSpec:
         script=script,
         workdir=workdir or path,
         script_args=tuple(params["script_args"]),
+        script_sha256=hashlib.sha256(params["script_content"].encode()).hexdigest() if params["script_content"] else "",
         env=tuple(sorted((str(k), str(v)) for k, v in params["env"].items())),
         grace_s=params["grace_s"],
     )
@@ -215,6 +223,8 @@ def validate(module: AnsibleModule, params: dict) -> None:
         module.fail_json(msg="node_rank: %d is outside 0..nnodes-1 (nnodes=%d)" % (params["node_rank"], params["nnodes"]))
     if params["nproc_per_node"] is not None and params["nproc_per_node"] < 1:
         module.fail_json(msg="nproc_per_node: must be at least 1, got %d" % params["nproc_per_node"])
+    if params["script_content"] is not None and os.path.isabs(params["script"]):
+        module.fail_json(msg="script: must be relative to workdir when script_content is given, got %s" % params["script"])
     if not 1 <= params["master_port"] <= 65535:
         module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
     bad = [key for key in params["env"] if not ENV_NAME_RE.match(str(key))]
@@ -235,6 +245,7 @@ def main() -> None:
             "master_port": {"type": "int", "default": 29500},
             "python": {"type": "str", "default": "python3"},
             "script": {"type": "str", "required": True},
+            "script_content": {"type": "str"},
             "script_args": {"type": "list", "elements": "str", "default": []},
             "workdir": {"type": "path"},
             "env": {"type": "dict", "default": {}},
@@ -255,7 +266,8 @@ def main() -> None:
             run_id,
             supervisor_source(),
             module.check_mode,
-            params["start_timeout_s"],
+            start_timeout_s=params["start_timeout_s"],
+            script_content=params["script_content"],
         )
     except (jobs.JobError, OSError) as exc:
         module.fail_json(msg=str(exc))

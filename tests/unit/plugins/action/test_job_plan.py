@@ -2,22 +2,33 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.action.job_plan import script_layout
+from ansible_collections.gpufleet.cluster.plugins.action.job_plan import INLINE_SCRIPT_MAX_BYTES, script_layout
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
 
 
-def test_single_script_is_copied_by_itself(tmp_path):
+def test_single_text_script_travels_inside_the_launch(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text("")
+    script.write_text("print('hi')\n")
     assert script_layout(str(script), "", False) == {
-        "copy_src": str(script), "remote_script": "train.py", "remote_workdir": None}
+        "copy_src": None, "script_content": "print('hi')\n", "remote_script": "train.py", "remote_workdir": None}
+
+
+def test_large_or_binary_script_is_copied(tmp_path):
+    big = tmp_path / "big.py"
+    big.write_text("#" * (INLINE_SCRIPT_MAX_BYTES + 1))
+    assert script_layout(str(big), "", False)["copy_src"] == str(big)
+    binary = tmp_path / "model.pyc"
+    binary.write_bytes(b"\x00\xff\xfe")
+    layout = script_layout(str(binary), "", False)
+    assert layout["copy_src"] == str(binary) and layout["script_content"] is None
 
 
 def test_script_dir_is_copied_and_script_is_relative_to_it(tmp_path):
     (tmp_path / "pkg" / "sub").mkdir(parents=True)
     (tmp_path / "pkg" / "sub" / "main.py").write_text("")
     layout = script_layout("sub/main.py", str(tmp_path / "pkg"), False)
-    assert layout == {"copy_src": str(tmp_path / "pkg") + "/", "remote_script": "sub/main.py", "remote_workdir": None}
+    assert layout == {"copy_src": str(tmp_path / "pkg") + "/", "script_content": None, "remote_script": "sub/main.py",
+                      "remote_workdir": None}
 
 
 def test_script_outside_script_dir_is_refused(tmp_path):
@@ -29,7 +40,8 @@ def test_script_outside_script_dir_is_refused(tmp_path):
 
 def test_script_on_nodes_is_used_as_it_is():
     assert script_layout("/shared/code/train.py", "", True) == {
-        "copy_src": None, "remote_script": "/shared/code/train.py", "remote_workdir": "/shared/code"}
+        "copy_src": None, "script_content": None, "remote_script": "/shared/code/train.py",
+        "remote_workdir": "/shared/code"}
 
 
 @pytest.mark.parametrize("script, script_dir, on_nodes, needle", [

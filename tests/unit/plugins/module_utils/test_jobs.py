@@ -226,3 +226,18 @@ def test_log_tail_of_a_failed_torchrun_job_ends_before_the_agents_own_report():
     lines = open(fixture).read().splitlines()
     assert jobs.without_agent_report(lines) == ["failing now"]
     assert jobs.without_agent_report(["just", "training"]) == ["just", "training"]
+
+
+def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(env):
+    code = env / "code"
+    spec = JobSpec(job="inline", node_rank=0, nnodes=1, nproc_per_node=1, world_size=1, master_addr="127.0.0.1",
+                   master_port=29500, python=str(env / "fake-python"), script="sub/run.sh", workdir=str(code),
+                   script_sha256="a")
+    path = jobs.job_dir(str(env / "jobs"), "inline")
+    jobs.launch(path, spec, "r1", SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
+    wait_for(lambda: "inline ran" in open(os.path.join(path, "job.log")).read())
+    assert (code / "sub" / "run.sh").stat().st_mode & 0o077 == 0
+    changed = JobSpec(**dict(spec.as_dict(), script_sha256="b", script_args=(), env=()))
+    with pytest.raises(jobs.JobError, match=r"script_sha256 differ"):
+        jobs.launch(path, changed, "r2", SOURCE, check_mode=False, script_content="echo other\n")
+    assert "sleep 300" in (code / "sub" / "run.sh").read_text()  # the running job's code was not touched
