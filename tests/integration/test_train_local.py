@@ -144,3 +144,30 @@ def test_make_demo_in_a_fresh_copy_of_the_checkout(tmp_path):
     node1 = (copy / "logs" / "train" / "node1.log").read_text()
     assert "world size 2" in node0 and "world size 2" in node1
     assert float(re.search(r"final test_accuracy ([0-9.]+)", node0).group(1)) > 0.9
+
+
+def test_train_from_the_built_and_installed_collection(tmp_path):
+    """ansible-galaxy collection build + install, then `ansible-playbook gpufleet.cluster.train` outside the checkout."""
+    galaxy = os.path.join(os.path.dirname(sys.executable), "ansible-galaxy")
+    # Outside the checkout: there, ansible.cfg makes galaxy see this very collection as installed already.
+    subprocess.run([galaxy, "collection", "build", "--output-path", str(tmp_path), REPO], check=True,
+                   capture_output=True, cwd=tmp_path)
+    tarball = next(tmp_path.glob("gpufleet-cluster-*.tar.gz"))
+    listing = subprocess.run(["tar", "-tzf", str(tarball)], check=True, capture_output=True, text=True).stdout
+    assert "plugins/modules/launch.py" in listing and "playbooks/train.yml" in listing
+    assert ".venv/" not in listing and "collections/ansible_collections" not in listing
+    subprocess.run([galaxy, "collection", "install", "-p", str(tmp_path / "collections"), str(tarball)], check=True,
+                   capture_output=True, cwd=tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_CONFIG", None)
+    done = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "gpufleet.cluster.train",
+         "-i", os.path.join(REPO, "inventories", "local", "hosts.yml"),
+         "-e", "script=%s" % os.path.join(REPO, "examples", "train.py"), "-e", "script_args='--epochs 3'",
+         "-e", "gpufleet_jobs_dir=%s/{{ inventory_hostname }}/jobs" % tmp_path],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+    print(done.stdout[-4000:], done.stderr[-2000:])
+    assert done.returncode == 0
+    assert "world size 2" in (work / "logs" / "train" / "node1.log").read_text()
