@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Which network interface holds an address, and the node's InfiniBand HCAs. Reads `ip -j addr` and /sys."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+
+
+def interfaces(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, list[str]]:
+    """Interface name -> its IP addresses, from `ip -j addr show`."""
+    done = run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True)
+    found: dict[str, list[str]] = {}
+    for link in json.loads(done.stdout or "[]"):
+        found[link["ifname"]] = [info["local"] for info in link.get("addr_info", []) if "local" in info]
+    return found
+
+
+def interface_of(address: str, addresses: dict[str, list[str]]) -> str | None:
+    """The interface that holds address (an IP literal), or None."""
+    wanted = ipaddress.ip_address(address)
+    for name, held in addresses.items():
+        if any(ipaddress.ip_address(ip) == wanted for ip in held):
+            return name
+    return None
+
+
+def infiniband(sys_root: str = "/sys") -> list[dict]:
+    """The HCAs in /sys/class/infiniband with their ports' state and link layer and their net devices."""
+    base = os.path.join(sys_root, "class", "infiniband")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    hcas = []
+    for name in names:
+        ports = []
+        ports_dir = os.path.join(base, name, "ports")
+        for port in sorted(os.listdir(ports_dir)) if os.path.isdir(ports_dir) else []:
+            ports.append({
+                "port": int(port),
+                "state": _read(os.path.join(ports_dir, port, "state")),
+                "link_layer": _read(os.path.join(ports_dir, port, "link_layer")),
+            })
+        net_dir = os.path.join(base, name, "device", "net")
+        netdevs = sorted(os.listdir(net_dir)) if os.path.isdir(net_dir) else []
+        hcas.append({"name": name, "ports": ports, "netdevs": netdevs})
+    return hcas
+
+
+def active_hcas(hcas: list[dict]) -> list[str]:
+    """NCCL_IB_HCA entries (name:port) for the ports that are up."""
+    return ["%s:%d" % (hca["name"], port["port"]) for hca in hcas for port in hca["ports"]
+            if port["state"].endswith("ACTIVE")]
+
+
+def hostname() -> dict[str, str]:
+    return {"hostname": socket.gethostname().split(".")[0], "fqdn": socket.getfqdn()}
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""

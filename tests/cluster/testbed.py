@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""A real multi-node cluster on this machine: Debian 12 containers with their own address, sshd and /etc/hosts.
+
+Used by the pytest fixture (tests/cluster/conftest.py) and by molecule's create and
+destroy playbooks (molecule/default/), and from the command line:
+
+    python tests/cluster/testbed.py up --nodes 3 --state STATE_DIR   # prints the inventory path
+    python tests/cluster/testbed.py down --state STATE_DIR
+
+What it does (see shared/TESTBED.md for why each setting is needed here):
+- podman with a project-local containers.conf (runc, ulimits), through CONTAINERS_CONF;
+- a node image built locally with debootstrap and `podman import`, cached by a hash of its recipe;
+- a podman network of the project's own with an explicit subnet, one fixed address per node;
+- an SSH key for the controller, the nodes' host keys in a known_hosts file of the test's own
+  (host key checking stays on), and an inventory of the nodes in group gpu_nodes;
+- a wheelhouse (torch and the example's packages) downloaded on the controller and mounted read-only
+  at /wheelhouse in every node, as on an air-gapped cluster.
+Every address it touches is one of its own containers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CACHE = os.path.join(REPO, ".cache", "testbed")
+CONTAINERS_CONF = os.path.join(HERE, "containers.conf")
+NETWORK = "gpufleet-test"
+SUBNET = "10.213.77.0/24"
+ADDRESS = "10.213.77.%d"
+FIRST_HOST = 10
+PREFIX = "gpufleet-test-"
+PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
+SUITE = "bookworm"
+WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
+SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client"]
+
+# Runs as each container's command: sshd in the foreground, as a server's init would keep it.
+# The first start seeds the controller's key and a Debian installer's /etc/hosts (127.0.1.1 <hostname>).
+NODE_INIT = r"""
+set -e
+mkdir -p /run/sshd /root/.ssh
+chmod 700 /root/.ssh
+if [ ! -e /var/lib/gpufleet-test-seeded ]; then
+    cat /seed/controller.pub >> /root/.ssh/authorized_keys
+    chmod 600 /root/.ssh/authorized_keys
+    printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$(hostname)" > /etc/hosts
+    hostname > /etc/hostname
+    touch /var/lib/gpufleet-test-seeded
+fi
+ssh-keygen -A
+exec /usr/sbin/sshd -D -e
+"""
+
+
+def log(message: str) -> None:
+    sys.stderr.write("testbed: %s\n" % message)
+    sys.stderr.flush()
+
+
+def podman(*args: str, check: bool = True, capture: bool = True, input_bytes: bytes | None = None
+           ) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CONTAINERS_CONF=CONTAINERS_CONF)
+    return subprocess.run(["podman", *args], env=env, check=check, input=input_bytes,
+                          stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None)
+
+
+def ensure_system_packages() -> None:
+    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "runc", "ssh-keyscan")):
+        return
+    subprocess.run([os.path.join(REPO, "scripts", "install-system-packages.sh"), *SYSTEM_PACKAGES], check=True)
+
+
+def image_name() -> str:
+    recipe = "\n".join([SUITE, PACKAGES, NODE_INIT])
+    return "localhost/gpufleet-node:%s-%s" % (SUITE, hashlib.sha256(recipe.encode()).hexdigest()[:12])
+
+
+def ensure_image() -> str:
+    name = image_name()
+    if podman("image", "exists", name, check=False).returncode == 0:
+        return name
+    log("building %s with debootstrap (about a minute)" % name)
+    os.makedirs(CACHE, exist_ok=True)
+    rootfs = tempfile.mkdtemp(prefix="rootfs-", dir=CACHE)
+    try:
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=" + PACKAGES, SUITE, rootfs],
+                       check=True, stdout=subprocess.DEVNULL)
+        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        env = dict(os.environ, CONTAINERS_CONF=CONTAINERS_CONF)
+        subprocess.run(["podman", "import", "--change", "CMD=/bin/bash", "-", name], stdin=tar.stdout, env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        if tar.wait() != 0:
+            raise RuntimeError("tar of the root file system failed")
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    return name
+
+
+def ensure_wheelhouse() -> str:
+    """torch and the example's packages for the nodes' Python 3.11, downloaded once on the controller."""
+    key = hashlib.sha256(" ".join(WHEELS).encode()).hexdigest()[:12]
+    path = os.path.join(CACHE, "wheelhouse-" + key)
+    if os.path.exists(os.path.join(path, ".complete")):
+        return path
+    os.makedirs(path, exist_ok=True)
+    log("downloading the wheelhouse: %s" % " ".join(WHEELS))
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+                    "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
+                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                    "--platform", "any", "-d", path, *WHEELS], check=True)
+    open(os.path.join(path, ".complete"), "w").close()
+    return path
+
+
+def exact_pins(wheelhouse: str) -> list[str]:
+    """WHEELS pinned to the exact versions in the wheelhouse, local labels included (torch==2.13.0+cpu).
+
+    ansible.builtin.pip's check mode compares versions as strings, so torch==2.13.0 would look unmet
+    against an installed 2.13.0+cpu, though pip accepts it.
+    """
+    pins = []
+    files = os.listdir(wheelhouse)
+    for requirement in WHEELS:
+        name = requirement.split("==")[0]
+        prefix = name.replace("-", "_") + "-"
+        wheel = next(f for f in files if f.lower().startswith(prefix.lower()) and f.endswith(".whl"))
+        pins.append("%s==%s" % (name, wheel[len(prefix):].split("-")[0]))
+    return pins
+
+
+def ensure_network() -> None:
+    if podman("network", "exists", NETWORK, check=False).returncode != 0:
+        podman("network", "create", "--subnet", SUBNET, NETWORK)
+
+
+def controller_key(state: str) -> str:
+    key = os.path.join(state, "id_ed25519")
+    if not os.path.exists(key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-test-controller", "-f", key],
+                       check=True)
+    return key
+
+
+def node_name(index: int) -> str:
+    return "node%d" % index
+
+
+def container_name(index: int) -> str:
+    return PREFIX + node_name(index)
+
+
+def start_node(index: int, image: str, seed: str, wheelhouse: str) -> None:
+    name = container_name(index)
+    podman("rm", "--force", "--time", "0", name, check=False)
+    podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
+           "--ip", ADDRESS % (FIRST_HOST + index), "--no-hosts", "--volume", "%s:/seed:ro" % seed,
+           "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--label", "gpufleet-test=1", image,
+           "/bin/sh", "-c", NODE_INIT)
+
+
+def scan_host_key(address: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", address], capture_output=True, text=True,
+                              check=False)
+        if done.stdout.strip():
+            return done.stdout.strip()
+        time.sleep(0.5)
+    raise RuntimeError("sshd on %s did not answer within %.0f s" % (address, timeout))
+
+
+def write_inventory(state: str, count: int, key: str, known_hosts: str, pins: list[str]) -> str:
+    lines = ["---", "# Written by tests/cluster/testbed.py: the test cluster's nodes, in rank order.", "gpu_nodes:",
+             "  hosts:"]
+    for index in range(count):
+        lines += ["    %s:" % node_name(index), "      ansible_host: %s" % (ADDRESS % (FIRST_HOST + index))]
+    lines += [
+        "  vars:",
+        "    ansible_user: root",
+        "    ansible_python_interpreter: /usr/bin/python3",
+        "    ansible_ssh_private_key_file: %s" % key,
+        "    # The nodes' real host keys, scanned at start; host key checking stays on.",
+        "    ansible_ssh_common_args: -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts,
+        "    gpufleet_python: /opt/gpufleet/venv/bin/python",
+        "    python_env_wheelhouse: /wheelhouse",
+        "    python_env_packages: [%s]" % ", ".join(pins),
+    ]
+    path = os.path.join(state, "hosts.yml")
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return path
+
+
+def up(state: str, count: int) -> dict:
+    ensure_system_packages()
+    os.makedirs(state, exist_ok=True)
+    image = ensure_image()
+    wheelhouse = ensure_wheelhouse()
+    ensure_network()
+    key = controller_key(state)
+    seed = os.path.join(state, "seed")
+    os.makedirs(seed, exist_ok=True)
+    shutil.copy(key + ".pub", os.path.join(seed, "controller.pub"))
+    for index in range(count):
+        start_node(index, image, seed, wheelhouse)
+    known_hosts = os.path.join(state, "known_hosts")
+    with open(known_hosts, "w") as handle:
+        for index in range(count):
+            handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index)) + "\n")
+    inventory = write_inventory(state, count, key, known_hosts, exact_pins(wheelhouse))
+    info = {"inventory": inventory, "nodes": [node_name(i) for i in range(count)],
+            "containers": [container_name(i) for i in range(count)],
+            "addresses": [ADDRESS % (FIRST_HOST + i) for i in range(count)], "key": key, "known_hosts": known_hosts,
+            "wheelhouse": wheelhouse}
+    with open(os.path.join(state, "testbed.json"), "w") as handle:
+        json.dump(info, handle, indent=2)
+    log("%d nodes up: %s" % (count, ", ".join(info["addresses"])))
+    return info
+
+
+def down(state: str | None = None) -> None:
+    """Remove every test container (by the project's own label) and the network; keep the image cache."""
+    names = podman("ps", "--all", "--filter", "label=gpufleet-test=1", "--format", "{{.Names}}", check=False)
+    for name in (names.stdout or b"").decode().split():
+        podman("rm", "--force", "--time", "0", name, check=False)
+    podman("network", "rm", "--force", NETWORK, check=False)
+    if state and os.path.isdir(state):
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def node_exec(index: int, *command: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command in a node (through podman, not SSH: for tests that break or inspect a node)."""
+    return podman("exec", container_name(index), *command, check=check)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    start = sub.add_parser("up")
+    start.add_argument("--nodes", type=int, default=3)
+    start.add_argument("--state", required=True)
+    stop = sub.add_parser("down")
+    stop.add_argument("--state")
+    args = parser.parse_args()
+    if args.action == "up":
+        print(up(os.path.abspath(args.state), args.nodes)["inventory"])
+    else:
+        down(args.state)
+
+
+if __name__ == "__main__":
+    main()

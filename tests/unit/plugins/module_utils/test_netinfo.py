@@ -1,0 +1,47 @@
+"""Finding the cluster interface and the InfiniBand HCAs, on recorded `ip -j addr` output and a fake sysfs tree."""
+
+import subprocess
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
+
+IP_JSON = """[{"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8},
+{"family":"inet6","local":"::1","prefixlen":128}]},
+{"ifindex":2,"ifname":"eno1","addr_info":[{"family":"inet","local":"192.0.2.11","prefixlen":24}]},
+{"ifindex":3,"ifname":"ib0","addr_info":[{"family":"inet","local":"198.51.100.11","prefixlen":24},
+{"family":"inet6","local":"2001:db8::11","prefixlen":64}]},
+{"ifindex":4,"ifname":"docker0","addr_info":[]}]"""
+
+
+def run_ip(cmd, **_kwargs):
+    return subprocess.CompletedProcess(cmd, 0, stdout=IP_JSON, stderr="")
+
+
+def test_interface_holding_the_address():
+    found = netinfo.interfaces(run=run_ip)
+    assert found["docker0"] == [] and found["eno1"] == ["192.0.2.11"]
+    assert netinfo.interface_of("198.51.100.11", found) == "ib0"
+    assert netinfo.interface_of("2001:DB8::11", found) == "ib0"
+    assert netinfo.interface_of("192.0.2.99", found) is None
+
+
+def make_hca(root, name, ports, netdevs):
+    for port, state in ports.items():
+        port_dir = root / "class" / "infiniband" / name / "ports" / str(port)
+        port_dir.mkdir(parents=True)
+        (port_dir / "state").write_text(state + "\n")
+        (port_dir / "link_layer").write_text("InfiniBand\n")
+    for dev in netdevs:
+        (root / "class" / "infiniband" / name / "device" / "net" / dev).mkdir(parents=True)
+
+
+def test_infiniband_hcas_and_active_ports(tmp_path):
+    make_hca(tmp_path, "mlx5_0", {1: "4: ACTIVE"}, ["ib0"])
+    make_hca(tmp_path, "mlx5_1", {1: "1: DOWN"}, ["ib1"])
+    hcas = netinfo.infiniband(str(tmp_path))
+    assert [h["name"] for h in hcas] == ["mlx5_0", "mlx5_1"]
+    assert hcas[0]["netdevs"] == ["ib0"] and hcas[0]["ports"][0]["link_layer"] == "InfiniBand"
+    assert netinfo.active_hcas(hcas) == ["mlx5_0:1"]
+
+
+def test_no_infiniband(tmp_path):
+    assert netinfo.infiniband(str(tmp_path)) == []
