@@ -122,22 +122,6 @@ def ensure_wheelhouse() -> str:
     return path
 
 
-def exact_pins(wheelhouse: str) -> list[str]:
-    """WHEELS pinned to the exact versions in the wheelhouse, local labels included (torch==2.13.0+cpu).
-
-    ansible.builtin.pip's check mode compares versions as strings, so torch==2.13.0 would look unmet
-    against an installed 2.13.0+cpu, though pip accepts it.
-    """
-    pins = []
-    files = os.listdir(wheelhouse)
-    for requirement in WHEELS:
-        name = requirement.split("==")[0]
-        prefix = name.replace("-", "_") + "-"
-        wheel = next(f for f in files if f.lower().startswith(prefix.lower()) and f.endswith(".whl"))
-        pins.append("%s==%s" % (name, wheel[len(prefix):].split("-")[0]))
-    return pins
-
-
 def ensure_network() -> None:
     if podman("network", "exists", NETWORK, check=False).returncode != 0:
         podman("network", "create", "--subnet", SUBNET, NETWORK)
@@ -179,7 +163,7 @@ def scan_host_key(address: str, timeout: float = 60.0) -> str:
     raise RuntimeError("sshd on %s did not answer within %.0f s" % (address, timeout))
 
 
-def write_inventory(state: str, count: int, key: str, known_hosts: str, pins: list[str]) -> str:
+def write_inventory(state: str, count: int, key: str, known_hosts: str) -> str:
     lines = ["---", "# Written by tests/cluster/testbed.py: the test cluster's nodes, in rank order.", "gpu_nodes:",
              "  hosts:"]
     for index in range(count):
@@ -193,7 +177,7 @@ def write_inventory(state: str, count: int, key: str, known_hosts: str, pins: li
         "    ansible_ssh_common_args: -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts,
         "    gpufleet_python: /opt/gpufleet/venv/bin/python",
         "    python_env_wheelhouse: /wheelhouse",
-        "    python_env_packages: [%s]" % ", ".join(pins),
+        "    python_env_packages: [%s]" % ", ".join(WHEELS),
     ]
     path = os.path.join(state, "hosts.yml")
     with open(path, "w") as handle:
@@ -217,7 +201,7 @@ def up(state: str, count: int) -> dict:
     with open(known_hosts, "w") as handle:
         for index in range(count):
             handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index)) + "\n")
-    inventory = write_inventory(state, count, key, known_hosts, exact_pins(wheelhouse))
+    inventory = write_inventory(state, count, key, known_hosts)
     info = {"inventory": inventory, "nodes": [node_name(i) for i in range(count)],
             "containers": [container_name(i) for i in range(count)],
             "addresses": [ADDRESS % (FIRST_HOST + i) for i in range(count)], "key": key, "known_hosts": known_hosts,
