@@ -6,7 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv system-packages unit integration lint sanity bench collection clean
+# Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md).
+SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client
+
+.PHONY: demo test venv system-packages unit integration cluster molecule lint sanity bench collection clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
@@ -19,14 +22,24 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/ansible-playbook playbooks/train.yml -e script=examples/train.py
 
-test: venv lint sanity
+test: venv system-packages lint sanity
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+	$(MAKE) molecule
+
+system-packages:
+	scripts/install-system-packages.sh $(SYSTEM_PACKAGES)
 
 unit: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/unit
 
 integration: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
+
+cluster: venv system-packages
+	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/cluster
+
+molecule: venv system-packages
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test
 
 lint: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production

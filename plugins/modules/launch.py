@@ -94,6 +94,13 @@ options:
     description: Extra environment variables for every rank. Written to the job's C(env) file, readable by its owner only.
     type: dict
     default: {}
+  env_files:
+    description:
+      - Environment files on the node sourced before O(env), when they exist (the C(nccl_env) role writes
+        C(/etc/gpufleet/nccl.env)). O(env) wins over them.
+    type: list
+    elements: path
+    default: []
   run_id:
     description: Token that identifies this launch; generated when not given.
     type: str
@@ -213,6 +220,7 @@ def build_spec(params: dict) -> JobSpec:
         script_sha256=hashlib.sha256(params["script_content"].encode()).hexdigest() if params["script_content"] else "",
         env=tuple(sorted((str(k), str(v)) for k, v in params["env"].items())),
         grace_s=params["grace_s"],
+        env_files=tuple(params["env_files"]),
     )
 
 
@@ -249,6 +257,7 @@ def main() -> None:
             "script_args": {"type": "list", "elements": "str", "default": []},
             "workdir": {"type": "path"},
             "env": {"type": "dict", "default": {}},
+            "env_files": {"type": "list", "elements": "path", "default": []},
             "run_id": {"type": "str"},
             "grace_s": {"type": "float", "default": 10},
             "start_timeout_s": {"type": "float", "default": 15},

@@ -190,6 +190,7 @@ def up(state: str, count: int) -> dict:
     os.makedirs(state, exist_ok=True)
     image = ensure_image()
     wheelhouse = ensure_wheelhouse()
+    down()  # whatever an interrupted run left behind
     ensure_network()
     key = controller_key(state)
     seed = os.path.join(state, "seed")
@@ -213,7 +214,7 @@ def up(state: str, count: int) -> dict:
 
 
 def down(state: str | None = None) -> None:
-    """Remove every test container (by the project's own label) and the network; keep the image cache."""
+    """Remove every test container (by the project's own label) and the network; keep the image and wheel caches."""
     names = podman("ps", "--all", "--filter", "label=gpufleet-test=1", "--format", "{{.Names}}", check=False)
     for name in (names.stdout or b"").decode().split():
         podman("rm", "--force", "--time", "0", name, check=False)

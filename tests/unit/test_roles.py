@@ -38,3 +38,12 @@ def test_defaults_and_argument_specs_agree(role):
             assert "default" not in spec, "%s: %s has a spec default but no defaults/main.yml entry" % (role, name)
     prefix = role.lstrip("_") + "_"
     assert all(name.startswith(prefix) for name in defaults), "role variables must start with " + prefix
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_readme_documents_every_default(role):
+    readme = os.path.join(REPO, "roles", role, "README.md")
+    assert os.path.exists(readme), "%s has no README.md" % role
+    text = open(readme).read()
+    missing = [name for name in load(role, "defaults", "main.yml") or {} if "`%s`" % name not in text]
+    assert missing == [], "%s README does not document %s" % (role, missing)

@@ -60,6 +60,15 @@ def test_arguments_and_env_survive_quoting(fake_python, tmp_path):
     assert seen["cwd"] == str(workdir)
 
 
+def test_node_env_files_are_sourced_first_and_the_job_env_wins(fake_python, tmp_path):
+    node_env = tmp_path / "nccl.env"
+    node_env.write_text("export NCCL_SOCKET_IFNAME=eth7\nexport QUOTED=from-node-file\n")
+    job_spec = spec(fake_python, tmp_path, env_files=(str(node_env), str(tmp_path / "missing.env")))
+    seen = run_rendered(job_spec, tmp_path)
+    assert seen["env"]["NCCL_SOCKET_IFNAME"] == "eth7"
+    assert seen["env"]["QUOTED"] == "a 'b' \"c\" $d"
+
+
 def test_torchrun_command_carries_rank_layout():
     job_spec = JobSpec(job="j", node_rank=3, nnodes=4, nproc_per_node=8, world_size=32, master_addr="192.0.2.9",
                        master_port=29600, python="/venv/bin/python", script="t.py", workdir="/w")

@@ -1,0 +1,94 @@
+"""The container cluster for the multi-node tests: up once per session, torn down at the end even when tests fail."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+import testinfra
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, HERE)
+
+import testbed  # noqa: E402  pylint: disable=wrong-import-position
+
+NODES = 3
+OWN_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdwdWZsZWV0LXRlc3QtdXNlcnMtb3duLWtleS0wMDAwMDA0 user-own-key"
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    out: str
+    seconds: float
+
+    def recap(self) -> dict:
+        """host -> {ok, changed, unreachable, failed, ...} from the PLAY RECAP."""
+        found = {}
+        for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.out, re.M):
+            found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
+        return found
+
+
+class Cluster:
+    def __init__(self, info: dict, state: str) -> None:
+        self.info = info
+        self.state = state
+        self.inventory = info["inventory"]
+        self.nodes = info["nodes"]
+        self.addresses = dict(zip(info["nodes"], info["addresses"]))
+
+    def host(self, node: str):
+        return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))
+
+    def playbook(self, name: str, *args: str, timeout: int = 900) -> PlaybookRun:
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
+               *args]
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+        started = time.monotonic()
+        done = subprocess.run(cmd, cwd=self.state, env=env, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        out = done.stdout + done.stderr
+        print("$ %s\n%s" % (" ".join(cmd), out[-6000:]))
+        return PlaybookRun(done.returncode, out, time.monotonic() - started)
+
+    def node_exec(self, node: str, *command: str, check: bool = False) -> subprocess.CompletedProcess:
+        """A command in the node through podman (not SSH): for breaking and inspecting nodes."""
+        return testbed.podman("exec", testbed.PREFIX + node, *command, check=check)
+
+    def stop_node(self, node: str) -> None:
+        testbed.podman("stop", "--time", "1", testbed.PREFIX + node)
+
+    def start_node(self, node: str) -> None:
+        testbed.podman("start", testbed.PREFIX + node)
+        testbed.scan_host_key(self.addresses[node])
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("cluster"))
+    try:
+        info = testbed.up(state, NODES)
+        yield Cluster(info, state)
+    finally:
+        testbed.down()
+
+
+@pytest.fixture(scope="session")
+def provisioned(cluster):
+    """provision.yml run three times: converge, again (idempotence), then --check --diff."""
+    for node in cluster.nodes:
+        # A key the user had before gpufleet: it must survive provisioning.
+        cluster.node_exec(node, "sh", "-c", "echo '%s' >> /root/.ssh/authorized_keys" % OWN_KEY, check=True)
+    runs = {
+        "converge": cluster.playbook("provision.yml"),
+        "idempotence": cluster.playbook("provision.yml"),
+        "check": cluster.playbook("provision.yml", "--check", "--diff"),
+    }
+    return runs

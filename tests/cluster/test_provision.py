@@ -1,0 +1,92 @@
+"""provision.yml and train.yml on a real 3-node cluster of containers, reached over SSH with host keys checked."""
+
+import json
+import re
+
+import pytest
+
+from conftest import OWN_KEY, REPO
+
+pytestmark = pytest.mark.cluster
+
+
+def test_provision_converges_then_changes_nothing(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    assert provisioned["converge"].recap()["node0"]["changed"] > 0
+    for name in ("idempotence", "check"):
+        run = provisioned[name]
+        assert run.rc == 0, name
+        recap = run.recap()
+        assert all(recap[node]["changed"] == 0 for node in cluster.nodes), (name, recap)
+        assert all(recap[node]["failed"] == 0 and recap[node]["unreachable"] == 0 for node in cluster.nodes)
+
+
+def test_every_node_reaches_every_node_by_name_and_address(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    for node in cluster.nodes:
+        host = cluster.host(node)
+        for target in cluster.nodes:
+            for how in (target, cluster.addresses[target]):
+                out = host.run("ssh -o BatchMode=yes -o StrictHostKeyChecking=yes %s hostname", how)
+                assert out.rc == 0 and out.stdout.strip() == target, (node, how, out.stderr)
+        assert OWN_KEY in host.file("/root/.ssh/authorized_keys").content_string
+
+
+def test_names_resolve_to_cluster_addresses_never_loopback(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    for node in cluster.nodes:
+        host = cluster.host(node)
+        for target in cluster.nodes:
+            assert host.run("getent ahostsv4 %s", target).stdout.split()[0] == cluster.addresses[target]
+        own = host.run("getent ahostsv4 $(hostname)").stdout.split()[0]
+        assert own == cluster.addresses[node] and not own.startswith("127.")
+        assert "127.0.1.1" not in host.file("/etc/hosts").content_string
+
+
+def test_nccl_conf_names_the_interface_of_the_cluster_address(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    for node in cluster.nodes:
+        host = cluster.host(node)
+        links = json.loads(host.check_output("ip -j addr show"))
+        iface = next(link["ifname"] for link in links
+                     if any(a.get("local") == cluster.addresses[node] for a in link.get("addr_info", [])))
+        assert re.search(r"^NCCL_SOCKET_IFNAME=%s$" % iface, host.file("/etc/nccl.conf").content_string, re.M)
+        assert "export GLOO_SOCKET_IFNAME=%s" % iface in host.file("/etc/gpufleet/nccl.env").content_string
+
+
+def test_mpirun_with_the_generated_hostfile_reaches_all_nodes(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    out = cluster.host("node0").run("mpirun --allow-run-as-root --hostfile /etc/gpufleet/hostfile hostname")
+    assert out.rc == 0, out.stderr
+    assert sorted(out.stdout.split()) == sorted(cluster.nodes)
+
+
+def test_train_across_three_nodes_two_ranks_each(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("train.yml", "-e", "script=%s/examples/train.py" % REPO, "-e", "nproc_per_node=2")
+    assert run.rc == 0
+    logs = {node: open("%s/logs/train/%s.log" % (cluster.state, node)).read() for node in cluster.nodes}
+    for rank in range(6):
+        assert any("rank %d of world size 6" % rank in log for log in logs.values())
+    accuracy = float(re.search(r"final test_accuracy ([0-9.]+) world_size 6", logs["node0"]).group(1))
+    assert accuracy > 0.9
+    # The nodes' NCCL/Gloo settings reached the job (launch.sh sources the nccl_env file).
+    launch = cluster.host("node1").file("/root/.gpufleet/jobs/train/launch.sh").content_string
+    assert ". /etc/gpufleet/nccl.env" in launch and "--master-addr=%s" % cluster.addresses["node0"] in launch
+
+
+def test_an_unreachable_node_stops_provisioning_before_any_change(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    node0 = cluster.host("node0")
+    node0.run("rm -f /etc/gpufleet/hostfile")  # the play would write it again: it must not, with node2 down
+    cluster.stop_node("node2")
+    try:
+        run = cluster.playbook("provision.yml")
+        assert run.rc != 0
+        assert "cannot reach node2 over SSH; nothing was changed on any node" in run.out
+        assert not node0.file("/etc/gpufleet/hostfile").exists
+    finally:
+        cluster.start_node("node2")
+    again = cluster.playbook("provision.yml")
+    assert again.rc == 0
+    assert node0.file("/etc/gpufleet/hostfile").exists
