@@ -7,7 +7,7 @@ STAMP := $(VENV)/.gpufleet-installed
 PYTEST_ARGS ?=
 
 # Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md).
-SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client
+SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit
 
 .PHONY: demo test venv system-packages unit integration cluster molecule lint sanity bench collection clean
 

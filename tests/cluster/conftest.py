@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -46,11 +47,15 @@ class Cluster:
     def host(self, node: str):
         return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))
 
-    def playbook(self, name: str, *args: str, timeout: int = 900) -> PlaybookRun:
+    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = False) -> PlaybookRun:
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
                *args]
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+        if fresh_connections:
+            # New SSH connections: a persistent master from an earlier run would still reach a node whose sshd
+            # was stopped, through its already open session.
+            env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = tempfile.mkdtemp(dir=self.state, prefix="cp-")
         started = time.monotonic()
         done = subprocess.run(cmd, cwd=self.state, env=env, capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -62,12 +67,11 @@ class Cluster:
         """A command in the node through podman (not SSH): for breaking and inspecting nodes."""
         return testbed.podman("exec", testbed.PREFIX + node, *command, check=check)
 
-    def stop_node(self, node: str) -> None:
-        testbed.podman("stop", "--time", "1", testbed.PREFIX + node)
+    def stop_sshd(self, node: str) -> None:
+        testbed.stop_sshd(self.nodes.index(node))
 
-    def start_node(self, node: str) -> None:
-        testbed.podman("start", testbed.PREFIX + node)
-        testbed.scan_host_key(self.addresses[node])
+    def start_sshd(self, node: str) -> None:
+        testbed.start_sshd(self.nodes.index(node))
 
 
 @pytest.fixture(scope="session")

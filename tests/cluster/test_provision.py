@@ -75,18 +75,19 @@ def test_train_across_three_nodes_two_ranks_each(cluster, provisioned):
     assert ". /etc/gpufleet/nccl.env" in launch and "--master-addr=%s" % cluster.addresses["node0"] in launch
 
 
-def test_an_unreachable_node_stops_provisioning_before_any_change(cluster, provisioned):
+def test_a_node_whose_sshd_is_stopped_stops_provisioning_before_any_change(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     node0 = cluster.host("node0")
     node0.run("rm -f /etc/gpufleet/hostfile")  # the play would write it again: it must not, with node2 down
-    cluster.stop_node("node2")
+    cluster.stop_sshd("node2")
     try:
-        run = cluster.playbook("provision.yml")
+        run = cluster.playbook("provision.yml", fresh_connections=True)
         assert run.rc != 0
         assert "cannot reach node2 over SSH; nothing was changed on any node" in run.out
+        assert "Connection refused" in run.out
         assert not node0.file("/etc/gpufleet/hostfile").exists
     finally:
-        cluster.start_node("node2")
-    again = cluster.playbook("provision.yml")
+        cluster.start_sshd("node2")
+    again = cluster.playbook("provision.yml", fresh_connections=True)
     assert again.rc == 0
     assert node0.file("/etc/gpufleet/hostfile").exists

@@ -42,9 +42,10 @@ PREFIX = "gpufleet-test-"
 PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
 SUITE = "bookworm"
 WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
-SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client"]
+SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit"]
 
-# Runs as each container's command: sshd in the foreground, as a server's init would keep it.
+# Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
+# server's init does: sshd as a daemon with a pid file (so a test can stop sshd alone), then wait forever.
 # The first start seeds the controller's key and a Debian installer's /etc/hosts (127.0.1.1 <hostname>).
 NODE_INIT = r"""
 set -e
@@ -58,7 +59,8 @@ if [ ! -e /var/lib/gpufleet-test-seeded ]; then
     touch /var/lib/gpufleet-test-seeded
 fi
 ssh-keygen -A
-exec /usr/sbin/sshd -D -e
+/usr/sbin/sshd -e
+exec sleep infinity
 """
 
 
@@ -75,7 +77,7 @@ def podman(*args: str, check: bool = True, capture: bool = True, input_bytes: by
 
 
 def ensure_system_packages() -> None:
-    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "runc", "ssh-keyscan")):
+    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "runc", "ssh-keyscan", "catatonit")):
         return
     subprocess.run([os.path.join(REPO, "scripts", "install-system-packages.sh"), *SYSTEM_PACKAGES], check=True)
 
@@ -148,7 +150,8 @@ def start_node(index: int, image: str, seed: str, wheelhouse: str) -> None:
     podman("rm", "--force", "--time", "0", name, check=False)
     podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
            "--ip", ADDRESS % (FIRST_HOST + index), "--no-hosts", "--volume", "%s:/seed:ro" % seed,
-           "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--label", "gpufleet-test=1", image,
+           "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--label", "gpufleet-test=1",
+           "--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
            "/bin/sh", "-c", NODE_INIT)
 
 
@@ -221,6 +224,16 @@ def down(state: str | None = None) -> None:
     podman("network", "rm", "--force", NETWORK, check=False)
     if state and os.path.isdir(state):
         shutil.rmtree(state, ignore_errors=True)
+
+
+def stop_sshd(index: int) -> None:
+    """Stop the node's sshd (the listener; sessions already open end with their connections)."""
+    node_exec(index, "sh", "-c", "kill $(cat /run/sshd.pid)")
+
+
+def start_sshd(index: int) -> None:
+    node_exec(index, "/usr/sbin/sshd", "-e")
+    scan_host_key(ADDRESS % (FIRST_HOST + index))
 
 
 def node_exec(index: int, *command: str, check: bool = True) -> subprocess.CompletedProcess:
