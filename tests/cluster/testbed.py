@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import standin_repo
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CACHE = os.path.join(REPO, ".cache", "testbed")
@@ -145,12 +147,13 @@ def container_name(index: int) -> str:
     return PREFIX + node_name(index)
 
 
-def start_node(index: int, image: str, seed: str, wheelhouse: str) -> None:
+def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: str) -> None:
     name = container_name(index)
     podman("rm", "--force", "--time", "0", name, check=False)
     podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
            "--ip", ADDRESS % (FIRST_HOST + index), "--no-hosts", "--volume", "%s:/seed:ro" % seed,
-           "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--label", "gpufleet-test=1",
+           "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--volume", "%s:/nvidia-repo:ro" % nvidia_repo,
+           "--label", "gpufleet-test=1",
            "--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
            "/bin/sh", "-c", NODE_INIT)
 
@@ -181,6 +184,10 @@ def write_inventory(state: str, count: int, key: str, known_hosts: str) -> str:
         "    gpufleet_python: /opt/gpufleet/venv/bin/python",
         "    python_env_wheelhouse: /wheelhouse",
         "    python_env_packages: [%s]" % ", ".join(WHEELS),
+        "    # NVIDIA's repositories cannot be reached here: the nodes get a local repository of stand-in packages",
+        "    # with NVIDIA's names and versions (tests/cluster/standin_repo.py). The nodes have no GPU.",
+        "    gpufleet_nvidia_mirror: file:///nvidia-repo",
+        "    nvidia_driver_rebuild_initramfs: false",
     ]
     path = os.path.join(state, "hosts.yml")
     with open(path, "w") as handle:
@@ -193,6 +200,8 @@ def up(state: str, count: int) -> dict:
     os.makedirs(state, exist_ok=True)
     image = ensure_image()
     wheelhouse = ensure_wheelhouse()
+    nvidia_repo = os.path.join(CACHE, "nvidia-standin")
+    standin_repo.build(nvidia_repo)
     down()  # whatever an interrupted run left behind
     ensure_network()
     key = controller_key(state)
@@ -200,7 +209,7 @@ def up(state: str, count: int) -> dict:
     os.makedirs(seed, exist_ok=True)
     shutil.copy(key + ".pub", os.path.join(seed, "controller.pub"))
     for index in range(count):
-        start_node(index, image, seed, wheelhouse)
+        start_node(index, image, seed, wheelhouse, nvidia_repo)
     known_hosts = os.path.join(state, "known_hosts")
     with open(known_hosts, "w") as handle:
         for index in range(count):
@@ -209,7 +218,7 @@ def up(state: str, count: int) -> dict:
     info = {"inventory": inventory, "nodes": [node_name(i) for i in range(count)],
             "containers": [container_name(i) for i in range(count)],
             "addresses": [ADDRESS % (FIRST_HOST + i) for i in range(count)], "key": key, "known_hosts": known_hosts,
-            "wheelhouse": wheelhouse}
+            "wheelhouse": wheelhouse, "nvidia_repo": nvidia_repo}
     with open(os.path.join(state, "testbed.json"), "w") as handle:
         json.dump(info, handle, indent=2)
     log("%d nodes up: %s" % (count, ", ".join(info["addresses"])))

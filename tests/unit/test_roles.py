@@ -36,7 +36,7 @@ def test_defaults_and_argument_specs_agree(role):
             assert spec.get("default") == defaults[name], "%s: %s default differs" % (role, name)
         if name not in defaults:
             assert "default" not in spec, "%s: %s has a spec default but no defaults/main.yml entry" % (role, name)
-    prefix = role.lstrip("_") + "_"
+    prefix = role + "_"  # an internal role (_name) keeps its leading underscore: _name_*
     assert all(name.startswith(prefix) for name in defaults), "role variables must start with " + prefix
 
 

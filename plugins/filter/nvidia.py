@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters for the NVIDIA roles' preflight: each returns the problem as a sentence, or '' when there is none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia
+
+DOCUMENTATION = r"""
+name: nvidia
+short_description: Version checks of the NVIDIA stack
+version_added: 0.1.0
+description:
+  - C(driver_branch_error), C(cuda_driver_error), C(nccl_cuda_error) return why the inputs do not fit together
+    (naming the variable), or an empty string; C(reboot_decision) says whether a node must reboot to load its driver.
+  - Versions are compared numerically.
+options:
+  _input:
+    description: The first value checked.
+    type: raw
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Refuse a CUDA version the driver cannot run
+  ansible.builtin.assert:
+    that: (cuda_toolkit_version | gpufleet.cluster.cuda_driver_error(nvidia_driver_branch, table)) == ''
+"""
+
+RETURN = r"""
+_value:
+  description: The problem, or an empty string.
+  type: raw
+"""
+
+
+def _error(check, *args: Any) -> str:
+    try:
+        check(*args)
+    except nvidia.StackError as exc:
+        return str(exc)
+    return ""
+
+
+def driver_branch_error(branch: Any) -> str:
+    return _error(nvidia.driver_branch, branch)
+
+
+def cuda_driver_error(cuda: Any, branch: Any, table: Any) -> str:
+    return _error(nvidia.check_cuda_driver, cuda, branch, dict(table))
+
+
+def nccl_cuda_error(nccl: Any, cuda: Any) -> str:
+    return _error(nvidia.check_nccl_for_cuda, nccl, cuda)
+
+
+def reboot_decision(facts: Any, allowed: Any) -> dict:
+    return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
+                                  bool(facts.get("gpu_present")), bool(allowed))
+
+
+class FilterModule:
+    """gpufleet.cluster NVIDIA filters."""
+
+    def filters(self) -> dict:
+        return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
+                "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision}

@@ -1,0 +1,80 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_facts
+short_description: Report a node's NVIDIA GPUs and its loaded and installed driver versions
+version_added: 0.1.0
+description:
+  - Lists NVIDIA GPUs on the PCI bus from sysfs (vendor 0x10de, display classes), which works before any driver
+    is installed; reads the loaded kernel module's version from C(/sys/module/nvidia/version) and the installed
+    module's version with C(modinfo). Changes nothing.
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+options:
+  sys_root:
+    description: Where sysfs is mounted.
+    type: path
+    default: /sys
+"""
+
+EXAMPLES = r"""
+- name: Read the node's NVIDIA state
+  gpufleet.cluster.nvidia_facts:
+  register: __nvidia_driver_facts
+"""
+
+RETURN = r"""
+gpus:
+  description: NVIDIA GPUs on the PCI bus, with C(address) and C(device) id.
+  returned: always
+  type: list
+  elements: dict
+gpu_present:
+  description: Whether the node has at least one NVIDIA GPU.
+  returned: always
+  type: bool
+loaded_driver:
+  description: Version of the loaded nvidia kernel module, or null.
+  returned: always
+  type: str
+  sample: 570.124.06
+installed_driver:
+  description: Version of the nvidia kernel module installed for the running kernel, or null.
+  returned: always
+  type: str
+  sample: 570.124.06
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec={"sys_root": {"type": "path", "default": "/sys"}}, supports_check_mode=True)
+    gpus = nvidia_node.pci_gpus(module.params["sys_root"])
+    module.exit_json(changed=False, gpus=gpus, gpu_present=bool(gpus),
+                     loaded_driver=nvidia_node.loaded_driver(module.params["sys_root"]),
+                     installed_driver=nvidia_node.installed_driver())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A local, signed apt repository of stand-in packages with NVIDIA's real package names and versions.
+
+NVIDIA's CUDA repository cannot be reached from the test machines, and they have
+no GPU. The NVIDIA roles' tests serve the nodes this repository instead, laid out
+like NVIDIA's (<mirror>/debian12/x86_64/, flat, signed, key 3bf863cc.pub), so the
+roles' repository and keyring setup, version pinning, holds, ordering, upgrade
+and idempotence run for real against apt. The packages hold no NVIDIA software:
+each installs a marker file, and the toolkit stand-in an `nvcc` script that
+prints its version. What these tests check is the roles' logic, not NVIDIA's binaries.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+KEY_NAME = "3bf863cc.pub"  # the file name NVIDIA publishes its repository key under
+SLUG = "debian12/x86_64"
+
+# (package, version, files {path: content}); names and versions as NVIDIA publishes them.
+PACKAGES: list[tuple[str, str, dict[str, str]]] = []
+for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
+    for _name in ("nvidia-open-%s" % _branch, "cuda-drivers-%s" % _branch):
+        PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n"}))
+for _cuda, _version, _build in (("12.8", "12.8.1-1", "V12.8.93"), ("12.9", "12.9.1-1", "V12.9.86")):
+    _dash = _cuda.replace(".", "-")
+    PACKAGES.append(("cuda-toolkit-%s" % _dash, _version, {
+        "/usr/local/cuda-%s/bin/nvcc" % _cuda: "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver (gpufleet "
+                                               "stand-in)'\necho 'Cuda compilation tools, release %s, %s'\n"
+                                               % (_cuda, _build),
+        "/usr/local/cuda-%s/version.json" % _cuda: '{"cuda": {"version": "%s"}}\n' % _version.split("-")[0],
+    }))
+for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9"):
+    _nccl = _version.split("-")[0]
+    PACKAGES.append(("libnccl2", _version, {"/usr/lib/x86_64-linux-gnu/libnccl.so.%s" % _nccl: ""}))
+    PACKAGES.append(("libnccl-dev", _version, {"/usr/include/nccl.h": "#define NCCL_VERSION_STRING \"%s\"\n" % _nccl}))
+
+
+def _deb(work: str, name: str, version: str, files: dict[str, str]) -> str:
+    root = os.path.join(work, "%s_%s" % (name, version))
+    os.makedirs(os.path.join(root, "DEBIAN"))
+    for path, content in files.items():
+        target = root + path
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as handle:
+            handle.write(content)
+        os.chmod(target, 0o755 if "/bin/" in path else 0o644)
+    with open(os.path.join(root, "DEBIAN", "control"), "w") as handle:
+        handle.write("Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: gpufleet tests <tests@example.invalid>\n"
+                     "Description: gpufleet test stand-in for %s\n Carries the real package name and version only;"
+                     " no NVIDIA software.\n" % (name, version, name))
+    deb = os.path.join(work, "%s_%s_all.deb" % (name, version.replace(":", "%3a")))
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", root, deb], check=True, stdout=subprocess.DEVNULL)
+    return deb
+
+
+def _stanza(deb: str, filename: str) -> str:
+    control = subprocess.run(["dpkg-deb", "--field", deb], check=True, capture_output=True, text=True).stdout.strip()
+    with open(deb, "rb") as handle:
+        data = handle.read()
+    return "%s\nFilename: ./%s\nSize: %d\nSHA256: %s\n" % (control, filename, len(data), hashlib.sha256(data).hexdigest())
+
+
+def build(dest: str) -> str:
+    """Build the repository under dest/<SLUG>; return the mirror root to give the roles (a file:// URL)."""
+    repo = os.path.join(dest, SLUG)
+    if os.path.exists(os.path.join(repo, "InRelease")):
+        return "file://" + dest
+    os.makedirs(repo, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="standin-")
+    gnupg = tempfile.mkdtemp(prefix="gnupg-")
+    try:
+        stanzas = []
+        for name, version, files in PACKAGES:
+            deb = _deb(work, name, version, files)
+            shutil.copy(deb, repo)
+            stanzas.append(_stanza(deb, os.path.basename(deb)))
+        packages = "\n".join(stanzas).encode()
+        with open(os.path.join(repo, "Packages"), "wb") as handle:
+            handle.write(packages)
+        with gzip.open(os.path.join(repo, "Packages.gz"), "wb") as handle:
+            handle.write(packages)
+        lines = ["Origin: gpufleet test stand-in", "Label: gpufleet test stand-in",
+                 "Date: %s" % time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()), "SHA256:"]
+        for index in ("Packages", "Packages.gz"):
+            with open(os.path.join(repo, index), "rb") as handle:
+                data = handle.read()
+            lines.append(" %s %d %s" % (hashlib.sha256(data).hexdigest(), len(data), index))
+        with open(os.path.join(repo, "Release"), "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        gpg = ["gpg", "--batch", "--homedir", gnupg, "--pinentry-mode", "loopback", "--passphrase", ""]
+        subprocess.run(gpg + ["--quick-generate-key", "gpufleet test stand-in repository", "ed25519", "sign", "never"],
+                       check=True, capture_output=True)
+        subprocess.run(gpg + ["--armor", "--output", os.path.join(repo, KEY_NAME), "--export"], check=True)
+        subprocess.run(gpg + ["--clearsign", "--output", os.path.join(repo, "InRelease"),
+                              os.path.join(repo, "Release")], check=True, capture_output=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(gnupg, ignore_errors=True)
+    return "file://" + dest

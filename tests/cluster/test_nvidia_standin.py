@@ -1,0 +1,81 @@
+"""The NVIDIA roles (driver, CUDA toolkit, NCCL) on the 3-node container cluster, against stand-in packages.
+
+What this checks: the roles' repository and keyring setup (a signed apt repository laid
+out like NVIDIA's, verified by apt through the key the role installs), version pinning,
+holds, ordering (every input checked before any package is touched), the reboot
+decision on GPU-less nodes, idempotence, and a version bump that moves exactly the
+packages it should. What it does not check: NVIDIA's binaries. The packages carry
+NVIDIA's real names and versions but no NVIDIA software (tests/cluster/standin_repo.py),
+and the nodes have no GPU. No test here loads a real driver or runs a real NCCL collective.
+"""
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def packages(cluster, node):
+    """name -> (version, selection) of every installed package on the node."""
+    out = cluster.host(node).check_output("dpkg-query -W -f='${Package} ${Version} ${db:Status-Want}\\n'")
+    return {name: (version, want) for name, version, want in (line.split() for line in out.splitlines())}
+
+
+def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisioned):
+    run = provisioned["converge"]
+    assert run.rc == 0
+    for node in cluster.nodes:
+        assert "%s: no NVIDIA GPU on the PCI bus; the driver is not installed" % node in run.out
+        installed = packages(cluster, node)
+        assert "nvidia-open-570" not in installed and "cuda-drivers-570" not in installed
+        assert installed["cuda-toolkit-12-8"][0] == "12.8.1-1"
+        assert installed["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
+        assert installed["libnccl-dev"] == ("2.26.2-1+cuda12.8", "hold")
+        host = cluster.host(node)
+        assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-12.8"
+        assert "release 12.8" in host.check_output("bash -lc 'nvcc --version'")
+        sources = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").content_string
+        assert "URIs: file:///nvidia-repo/debian12/x86_64/" in sources
+        assert "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc" in sources
+    # The NVIDIA roles took part in the idempotence and check-mode runs that changed nothing.
+    for name in ("idempotence", "check"):
+        assert "gpufleet.cluster.nccl : Install NCCL" in provisioned[name].out
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("cuda_toolkit_version=13.0", "cuda_toolkit_version: CUDA 13.0 needs driver branch 580 or newer, but"),
+    ("nvidia_driver_branch=latest", "nvidia_driver_branch: 'latest' is not a driver branch"),
+    ("nccl_version=2.26.2-1+cuda11.8", "nccl_version: 2.26.2-1+cuda11.8 is built for CUDA 11.8"),
+])
+def test_bad_inputs_fail_in_preflight_before_any_package_is_touched(cluster, provisioned, extra, needle):
+    assert provisioned["converge"].rc == 0
+    before = {node: packages(cluster, node) for node in cluster.nodes}
+    run = cluster.playbook("provision.yml", "-e", extra)
+    assert run.rc != 0
+    assert ("node0: " + needle) in run.out.replace("\n        ", " ")
+    assert all(counts["changed"] == 0 for counts in run.recap().values())
+    assert {node: packages(cluster, node) for node in cluster.nodes} == before
+
+
+def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    before = packages(cluster, "node1")
+    run = cluster.playbook("provision.yml", "-e", "nccl_version=2.26.5-1+cuda12.8", "--tags", "nccl")
+    assert run.rc == 0
+    after = packages(cluster, "node1")
+    moved = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
+    assert moved == {"libnccl2", "libnccl-dev"}
+    assert after["libnccl2"] == ("2.26.5-1+cuda12.8", "hold")
+    back = cluster.playbook("provision.yml", "--tags", "nccl")  # the inventory's version again
+    assert back.rc == 0 and packages(cluster, "node1")["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
+
+
+def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    first = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")
+    assert first.rc == 0 and first.recap()["node0"]["changed"] > 0
+    for node in cluster.nodes:
+        assert packages(cluster, node)["nvidia-open-570"] == ("570.124.06-1", "hold")
+        assert "blacklist nouveau" in cluster.host(node).file("/etc/modprobe.d/blacklist-nouveau.conf").content_string
+        assert "%s: no NVIDIA GPU on this node" % node in first.out  # the reboot decision: no reboot
+    second = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")
+    assert second.rc == 0 and all(counts["changed"] == 0 for counts in second.recap().values())

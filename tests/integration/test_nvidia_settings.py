@@ -1,0 +1,60 @@
+"""The NVIDIA roles' repository and package settings, rendered for every supported distribution.
+
+An unsupported or misspelt distribution fails here, in CI, rather than on a customer's server.
+Runs the roles' own data and preflight tasks with the target's facts; touches no host.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(REPO, "tests", "integration", "playbooks", "render_nvidia_settings.yml")
+MIRROR = "https://developer.download.nvidia.com/compute/cuda/repos"
+APT = {"driver_open": ["nvidia-open-570"], "driver_proprietary": ["cuda-drivers-570"], "kind": "apt",
+       "driver_hold": ["nvidia-open-570"], "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
+       "nccl_hold": ["libnccl2", "libnccl-dev"]}
+DNF = {"driver_open": ["@nvidia-driver:570-open"], "driver_proprietary": ["@nvidia-driver:570-dkms"], "kind": "dnf",
+       "driver_hold": ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-kmod-common"],
+       "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"]}
+SUPPORTED = [
+    ("Ubuntu", "20", "x86_64", "ubuntu2004/x86_64", APT),
+    ("Ubuntu", "22", "x86_64", "ubuntu2204/x86_64", APT),
+    ("Ubuntu", "24", "aarch64", "ubuntu2404/sbsa", APT),
+    ("Debian", "12", "x86_64", "debian12/x86_64", APT),
+    ("Rocky", "8", "x86_64", "rhel8/x86_64", DNF),
+    ("Rocky", "9", "aarch64", "rhel9/sbsa", DNF),
+    ("RedHat", "8", "x86_64", "rhel8/x86_64", DNF),
+    ("RedHat", "9", "x86_64", "rhel9/x86_64", DNF),
+]
+
+
+def render(tmp_path, distribution, major, arch):
+    out = tmp_path / "rendered.json"
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), PLAYBOOK,
+                           "-e", "target_distribution=%s" % distribution, "-e", "target_major=%s" % major,
+                           "-e", "target_arch=%s" % arch, "-e", "out_file=%s" % out], cwd=REPO, env=env,
+                          capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout + done.stderr, json.loads(out.read_text()) if out.exists() else None
+
+
+@pytest.mark.parametrize("distribution, major, arch, path, expected", SUPPORTED,
+                         ids=["%s-%s-%s" % case[:3] for case in SUPPORTED])
+def test_supported_distribution_renders(tmp_path, distribution, major, arch, path, expected):
+    rc, _out, rendered = render(tmp_path, distribution, major, arch)
+    assert rc == 0
+    assert rendered.pop("url") == "%s/%s" % (MIRROR, path)
+    assert rendered == expected
+
+
+@pytest.mark.parametrize("distribution, major, arch", [("CentOS", "7", "x86_64"), ("Ubuntu", "18", "x86_64"),
+                                                       ("Rocky", "10", "x86_64"), ("Ubunty", "22", "x86_64"),
+                                                       ("Debian", "12", "ppc64le")])
+def test_unsupported_or_misspelt_distribution_fails(tmp_path, distribution, major, arch):
+    rc, out, rendered = render(tmp_path, distribution, major, arch)
+    assert rc != 0 and rendered is None
+    assert "localhost: %s %s (%s) is not supported by gpufleet's NVIDIA roles" % (distribution, major, arch) in out

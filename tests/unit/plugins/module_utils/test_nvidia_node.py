@@ -1,0 +1,42 @@
+"""GPUs on the PCI bus and the loaded driver, read from a fake sysfs tree; the installed driver from modinfo."""
+
+import subprocess
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+
+
+def pci(root, address, vendor, klass, device="0x2330"):
+    path = root / "bus" / "pci" / "devices" / address
+    path.mkdir(parents=True)
+    (path / "vendor").write_text(vendor + "\n")
+    (path / "class").write_text(klass + "\n")
+    (path / "device").write_text(device + "\n")
+
+
+def test_gpus_are_nvidia_display_devices_only(tmp_path):
+    pci(tmp_path, "0000:18:00.0", "0x10de", "0x030200")           # H100: 3D controller
+    pci(tmp_path, "0000:05:00.0", "0x10de", "0x068000", "0x22a3")  # NVSwitch: a bridge, not a GPU
+    pci(tmp_path, "0000:3b:00.0", "0x15b3", "0x020700")           # a Mellanox HCA
+    assert nvidia_node.pci_gpus(str(tmp_path)) == [{"address": "0000:18:00.0", "device": "0x2330"}]
+
+
+def test_no_pci_bus_no_gpus(tmp_path):
+    assert nvidia_node.pci_gpus(str(tmp_path)) == []
+
+
+def test_loaded_driver(tmp_path):
+    assert nvidia_node.loaded_driver(str(tmp_path)) is None
+    (tmp_path / "module" / "nvidia").mkdir(parents=True)
+    (tmp_path / "module" / "nvidia" / "version").write_text("570.124.06\n")
+    assert nvidia_node.loaded_driver(str(tmp_path)) == "570.124.06"
+
+
+def test_installed_driver_from_modinfo():
+    def run(cmd, **_kwargs):
+        return subprocess.CompletedProcess(cmd, 0, stdout="570.124.06\n", stderr="")
+
+    def missing(cmd, **_kwargs):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="modinfo: ERROR: Module nvidia not found.")
+
+    assert nvidia_node.installed_driver(run) == "570.124.06"
+    assert nvidia_node.installed_driver(missing) is None
