@@ -44,10 +44,14 @@ def infiniband(sys_root: str = "/sys") -> list[dict]:
         ports = []
         ports_dir = os.path.join(base, name, "ports")
         for port in sorted(os.listdir(ports_dir)) if os.path.isdir(ports_dir) else []:
+            counters = os.path.join(ports_dir, port, "counters")
             ports.append({
                 "port": int(port),
                 "state": _read(os.path.join(ports_dir, port, "state")),
                 "link_layer": _read(os.path.join(ports_dir, port, "link_layer")),
+                # In units of 4 bytes (octets / 4), as the IB specification counts them.
+                "xmit_data": int(_read(os.path.join(counters, "port_xmit_data")) or 0),
+                "rcv_data": int(_read(os.path.join(counters, "port_rcv_data")) or 0),
             })
         net_dir = os.path.join(base, name, "device", "net")
         netdevs = sorted(os.listdir(net_dir)) if os.path.isdir(net_dir) else []
@@ -59,6 +63,17 @@ def active_hcas(hcas: list[dict]) -> list[str]:
     """NCCL_IB_HCA entries (name:port) for the ports that are up."""
     return ["%s:%d" % (hca["name"], port["port"]) for hca in hcas for port in hca["ports"]
             if port["state"].endswith("ACTIVE")]
+
+
+def ib_traffic_bytes(before: list[dict], after: list[dict]) -> dict[str, dict[str, int]]:
+    """Bytes sent and received on each HCA port between two readings of infiniband()."""
+    def table(hcas: list[dict]) -> dict[str, dict]:
+        return {"%s:%d" % (h["name"], p["port"]): p for h in hcas for p in h["ports"]}
+
+    old, new = table(before), table(after)
+    return {port: {"sent": 4 * (new[port]["xmit_data"] - old[port]["xmit_data"]),
+                   "received": 4 * (new[port]["rcv_data"] - old[port]["rcv_data"])}
+            for port in sorted(new) if port in old}
 
 
 def hostname() -> dict[str, str]:

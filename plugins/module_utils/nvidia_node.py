@@ -52,3 +52,55 @@ def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subproces
         return None
     version = done.stdout.strip()
     return version if done.returncode == 0 and version else None
+
+
+def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
+    """GPUs as nvidia-smi sees them: count, models and the driver version; empty without a working driver."""
+    try:
+        done = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
+                   text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {"count": 0, "models": [], "driver": None}
+    if done.returncode != 0:
+        return {"count": 0, "models": [], "driver": None}
+    rows = [[part.strip() for part in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+    return {"count": len(rows), "models": sorted({row[0] for row in rows}), "driver": rows[0][1] if rows else None}
+
+
+def cuda_version(cuda_home: str = "/usr/local/cuda",
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """The toolkit's version from `nvcc --version` (release X.Y)."""
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    try:
+        done = run([nvcc, "--version"], capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in done.stdout.splitlines():
+        if "release" in line:
+            return line.split("release", 1)[1].split(",")[0].strip()
+    return None
+
+
+def package_version(names: tuple[str, ...], run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+                    ) -> str | None:
+    """The installed version of the first of names found by dpkg or rpm."""
+    for name in names:
+        for command in (["dpkg-query", "-W", "-f=${Version}", name], ["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name]):
+            try:
+                done = run(command, capture_output=True, text=True, check=False, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip()
+    return None
+
+
+def torch_version(python: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    try:
+        done = run([python, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None

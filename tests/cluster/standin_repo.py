@@ -104,3 +104,55 @@ def build(dest: str) -> str:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(gnupg, ignore_errors=True)
     return "file://" + dest
+
+
+STANDIN_MAKEFILE = """# gpufleet test stand-in for nccl-tests: no CUDA here. `make` records the variables the
+# role passes and installs a script that prints all_reduce_perf's layout (measuring nothing).
+all:
+\tmkdir -p build
+\techo "MPI=$(MPI) MPI_HOME=$(MPI_HOME) CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME)" > build/inputs.txt
+\tcp all_reduce_perf.sh build/all_reduce_perf
+\tchmod 755 build/all_reduce_perf
+\tdate +%s%N > build/built_at
+"""
+
+STANDIN_ALL_REDUCE = r"""#!/bin/bash
+# gpufleet test stand-in for all_reduce_perf: every MPI rank prints its device line, rank 0 the result
+# table in nccl-tests' layout. The figures are fixed; nothing is measured.
+rank=${OMPI_COMM_WORLD_RANK:-0}
+printf '#  Rank %2d Group  0 Pid %6d on %10s device  0 [0x00] gpufleet stand-in (no GPU)\n' "$rank" $$ "$(hostname)"
+[ "$rank" = 0 ] || exit 0
+sleep 1
+cat <<'TABLE'
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    142.6    7.35   11.03      0    141.9    7.39   11.08      0
+    16777216       4194304     float     sum      -1    701.5   23.92   35.87      0    699.8   23.97   35.96      0
+  1073741824     268435456     float     sum      -1  39104.7   27.46   41.19      0  39087.2   27.47   41.21      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 29.39
+#
+TABLE
+"""
+
+
+def build_nccl_tests_archive(dest: str, version: str = "2.13.9") -> str:
+    """A source archive shaped like nccl-tests' release (one top folder), holding the stand-in build."""
+    path = os.path.join(dest, "nccl-tests-standin-%s.tar.gz" % version)
+    if os.path.exists(path):
+        return path
+    os.makedirs(dest, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="nccl-tests-")
+    try:
+        top = os.path.join(work, "nccl-tests-%s" % version)
+        os.makedirs(top)
+        with open(os.path.join(top, "Makefile"), "w") as handle:
+            handle.write(STANDIN_MAKEFILE)
+        with open(os.path.join(top, "all_reduce_perf.sh"), "w") as handle:
+            handle.write(STANDIN_ALL_REDUCE)
+        subprocess.run(["tar", "-C", work, "-czf", path + ".tmp", "nccl-tests-%s" % version], check=True)
+        os.replace(path + ".tmp", path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return path

@@ -169,7 +169,7 @@ def scan_host_key(address: str, timeout: float = 60.0) -> str:
     raise RuntimeError("sshd on %s did not answer within %.0f s" % (address, timeout))
 
 
-def write_inventory(state: str, count: int, key: str, known_hosts: str) -> str:
+def write_inventory(state: str, count: int, key: str, known_hosts: str, nccl_tests_archive: str) -> str:
     lines = ["---", "# Written by tests/cluster/testbed.py: the test cluster's nodes, in rank order.", "gpu_nodes:",
              "  hosts:"]
     for index in range(count):
@@ -188,6 +188,9 @@ def write_inventory(state: str, count: int, key: str, known_hosts: str) -> str:
         "    # with NVIDIA's names and versions (tests/cluster/standin_repo.py). The nodes have no GPU.",
         "    gpufleet_nvidia_mirror: file:///nvidia-repo",
         "    nvidia_driver_rebuild_initramfs: false",
+        "    # A stand-in nccl-tests source (no CUDA here): its make records the build's inputs, its all_reduce_perf",
+        "    # prints nccl-tests' layout with fixed figures.",
+        "    nccl_tests_archive: %s" % nccl_tests_archive,
     ]
     path = os.path.join(state, "hosts.yml")
     with open(path, "w") as handle:
@@ -214,7 +217,8 @@ def up(state: str, count: int) -> dict:
     with open(known_hosts, "w") as handle:
         for index in range(count):
             handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index)) + "\n")
-    inventory = write_inventory(state, count, key, known_hosts)
+    nccl_tests_archive = standin_repo.build_nccl_tests_archive(CACHE)
+    inventory = write_inventory(state, count, key, known_hosts, nccl_tests_archive)
     info = {"inventory": inventory, "nodes": [node_name(i) for i in range(count)],
             "containers": [container_name(i) for i in range(count)],
             "addresses": [ADDRESS % (FIRST_HOST + i) for i in range(count)], "key": key, "known_hosts": known_hosts,

@@ -24,12 +24,14 @@ def test_interface_holding_the_address():
     assert netinfo.interface_of("192.0.2.99", found) is None
 
 
-def make_hca(root, name, ports, netdevs):
+def make_hca(root, name, ports, netdevs, xmit=0):
     for port, state in ports.items():
         port_dir = root / "class" / "infiniband" / name / "ports" / str(port)
-        port_dir.mkdir(parents=True)
+        (port_dir / "counters").mkdir(parents=True, exist_ok=True)
         (port_dir / "state").write_text(state + "\n")
         (port_dir / "link_layer").write_text("InfiniBand\n")
+        (port_dir / "counters" / "port_xmit_data").write_text("%d\n" % xmit)
+        (port_dir / "counters" / "port_rcv_data").write_text("%d\n" % (xmit * 2))
     for dev in netdevs:
         (root / "class" / "infiniband" / name / "device" / "net" / dev).mkdir(parents=True)
 
@@ -45,3 +47,12 @@ def test_infiniband_hcas_and_active_ports(tmp_path):
 
 def test_no_infiniband(tmp_path):
     assert netinfo.infiniband(str(tmp_path)) == []
+
+
+def test_ib_traffic_between_two_readings(tmp_path):
+    make_hca(tmp_path, "mlx5_0", {1: "4: ACTIVE"}, ["ib0"], xmit=1000)
+    before = netinfo.infiniband(str(tmp_path))
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data").write_text("251000\n")
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_rcv_data").write_text("2002\n")
+    after = netinfo.infiniband(str(tmp_path))
+    assert netinfo.ib_traffic_bytes(before, after) == {"mlx5_0:1": {"sent": 1000000, "received": 8}}

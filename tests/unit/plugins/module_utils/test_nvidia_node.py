@@ -40,3 +40,29 @@ def test_installed_driver_from_modinfo():
 
     assert nvidia_node.installed_driver(run) == "570.124.06"
     assert nvidia_node.installed_driver(missing) is None
+
+
+def completed(stdout, rc=0):
+    def run(cmd, **_kwargs):
+        return subprocess.CompletedProcess(cmd, rc, stdout=stdout, stderr="")
+    return run
+
+
+def test_nvidia_smi_gpus():
+    out = "NVIDIA H100 80GB HBM3, 570.124.06\nNVIDIA H100 80GB HBM3, 570.124.06\n"
+    assert nvidia_node.nvidia_smi_gpus(completed(out)) == {"count": 2, "models": ["NVIDIA H100 80GB HBM3"],
+                                                           "driver": "570.124.06"}
+    assert nvidia_node.nvidia_smi_gpus(completed("", rc=9))["count"] == 0
+
+
+def test_cuda_version_from_nvcc():
+    out = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\nBuild cuda_12.8\n"
+    assert nvidia_node.cuda_version(run=completed(out)) == "12.8"
+    assert nvidia_node.cuda_version("/nonexistent") is None
+
+
+def test_package_and_torch_versions():
+    assert nvidia_node.package_version(("libnccl2",), completed("2.26.2-1+cuda12.8")) == "2.26.2-1+cuda12.8"
+    assert nvidia_node.package_version(("libnccl2",), completed("", rc=1)) is None
+    assert nvidia_node.torch_version("python3", completed("2.13.0+cpu\n")) == "2.13.0+cpu"
+    assert nvidia_node.torch_version("python3", completed("", rc=1)) is None

@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.nccl_report: nccl-tests output to a JSON report and a PNG plot, with a verdict."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests, verify
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs once on the controller after all_reduce_perf ran across the nodes (and, in pairwise mode, per pair)."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("output", "pairs", "expected_busbw_gbps", "report_dir", "ib_before", "ib_after"))
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        expected = args.get("expected_busbw_gbps")
+        expected = float(expected) if expected not in (None, "") else None
+        folder = os.path.abspath(str(args["report_dir"]))
+        report = nccl_tests.parse(str(args.get("output") or ""))
+        verdict = nccl_tests.verdict(report, expected)
+        report["verdict"] = verdict
+        pair_reports = {str(pair): nccl_tests.parse(str(text)) for pair, text in (args.get("pairs") or {}).items()}
+        if pair_reports:
+            report["pairwise"] = verify.pair_summary(pair_reports)
+        traffic = {}
+        for host, before in (args.get("ib_before") or {}).items():
+            after = (args.get("ib_after") or {}).get(host)
+            if before and after:
+                traffic[str(host)] = netinfo.ib_traffic_bytes(before, after)
+        report["infiniband_traffic_bytes"] = traffic
+        path = verify.write_report(folder, "all_reduce_perf", report)
+        plots = {"all nodes": report} if report["rows"] else {}
+        plots.update({pair: r for pair, r in pair_reports.items() if r["rows"]})
+        png = verify.plot_busbw(os.path.join(folder, "busbw.png"), plots, expected) if plots else None
+        lines = ["all_reduce_perf across %d rank(s) on %s: peak bus bandwidth %s GB/s, average %s GB/s%s"
+                 % (report["ranks"], ", ".join(report["hosts"]) or "-", verdict["peak_busbw_gbps"],
+                    verdict["avg_busbw_gbps"], "" if expected is None else ", expected %.2f GB/s" % expected)]
+        if pair_reports:
+            summary = report["pairwise"]
+            for pair, peak in sorted(summary["pairs"].items()):
+                lines.append("  pair %-24s peak %8.2f GB/s%s" % (pair, peak, "  SLOW" if pair in summary["slow_pairs"] else ""))
+            if summary["suspect_nodes"]:
+                lines.append("  every slow pair includes: %s" % ", ".join(summary["suspect_nodes"]))
+        for host, ports in sorted(traffic.items()):
+            lines.append("  InfiniBand on %s: %s" % (host, ", ".join("%s sent %d B, received %d B" % (
+                port, t["sent"], t["received"]) for port, t in ports.items()) or "no HCA"))
+        lines.append("report: %s%s" % (path, "; plot: %s" % png if png else ""))
+        display.display("\n".join(lines))
+        result.update(changed=False, report_path=path, plot_path=png, verdict=verdict)
+        if not verdict["passed"]:
+            result.update(failed=True, msg="NCCL check failed: " + "; ".join(verdict["reasons"]))
+        elif report.get("pairwise", {}).get("slow_pairs"):
+            result["warnings"] = ["slow node pairs: %s" % ", ".join(report["pairwise"]["slow_pairs"])]
+        return result

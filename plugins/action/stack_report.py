@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.stack_report: one table of every node's GPU stack; fail when the nodes disagree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import verify
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs once on the controller with every node's gpufleet.cluster.stack_facts result."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("results", "expected_gpus"))
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        results = {str(host): dict(facts) for host, facts in (self._task.args.get("results") or {}).items()}
+        table = verify.stack_table(results)
+        display.display("GPU stack on %d node(s)\n%s" % (len(results), table))
+        problems = verify.stack_problems(results, dict(self._task.args.get("expected_gpus") or {}))
+        result.update(changed=False, table=table.splitlines(), problems=problems)
+        if problems:
+            result.update(failed=True, msg="; ".join(problems))
+        return result

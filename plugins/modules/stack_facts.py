@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stack_facts
+short_description: Report a node's GPU stack versions (GPUs, driver, CUDA, NCCL, torch) in one call
+version_added: 0.1.0
+description:
+  - Reads the GPUs and driver with C(nvidia-smi), the CUDA toolkit's version with C(nvcc --version), NCCL's package
+    version with dpkg or rpm, and torch's version with the training Python. Changes nothing.
+  - Used by C(verify.yml), which compares the nodes.
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads only.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+options:
+  python:
+    description: The training Python whose torch is reported.
+    type: str
+    default: python3
+  cuda_home:
+    description: The CUDA toolkit folder.
+    type: path
+    default: /usr/local/cuda
+"""
+
+EXAMPLES = r"""
+- name: Read the stack
+  gpufleet.cluster.stack_facts:
+    python: /opt/gpufleet/venv/bin/python
+  register: __verify_stack
+"""
+
+RETURN = r"""
+gpu_count:
+  description: GPUs nvidia-smi lists (0 without a working driver).
+  returned: always
+  type: int
+gpu_models:
+  description: The GPU models.
+  returned: always
+  type: list
+  elements: str
+driver:
+  description: The driver version nvidia-smi reports, or null.
+  returned: always
+  type: str
+cuda:
+  description: The toolkit's version (major.minor), or null.
+  returned: always
+  type: str
+nccl:
+  description: The NCCL package version, or null.
+  returned: always
+  type: str
+torch:
+  description: torch's version in the training Python, or null.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"python": {"type": "str", "default": "python3"},
+                       "cuda_home": {"type": "path", "default": "/usr/local/cuda"}},
+        supports_check_mode=True,
+    )
+    gpus = nvidia_node.nvidia_smi_gpus()
+    module.exit_json(
+        changed=False,
+        gpu_count=gpus["count"],
+        gpu_models=gpus["models"],
+        driver=gpus["driver"],
+        cuda=nvidia_node.cuda_version(module.params["cuda_home"]),
+        nccl=nvidia_node.package_version(("libnccl2", "libnccl")),
+        torch=nvidia_node.torch_version(module.params["python"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# This file holds documentation only: the work is done by the action plugin of the same name, on the controller.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stack_report
+short_description: One table of every node's GPU stack; fail when the nodes disagree
+version_added: 0.1.0
+description:
+  - Prints a line per node (GPUs, model, driver, CUDA, NCCL, torch) from M(gpufleet.cluster.stack_facts) results.
+  - Fails naming each field on which the nodes differ, with the nodes per value, and each node with fewer GPUs than
+    its inventory's C(gpufleet_gpus).
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+  action:
+    support: full
+    details: Runs entirely on the controller.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+options:
+  results:
+    description: Node name to its M(gpufleet.cluster.stack_facts) result.
+    type: dict
+    required: true
+  expected_gpus:
+    description: Node name to the number of GPUs it should have (null for no expectation).
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Compare the nodes
+  gpufleet.cluster.stack_report:
+    results: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, '__verify_stack'))) }}"
+  run_once: true
+"""
+
+RETURN = r"""
+table:
+  description: The printed table, a line per item.
+  returned: always
+  type: list
+  elements: str
+problems:
+  description: Each disagreement or missing GPU.
+  returned: always
+  type: list
+  elements: str
+"""

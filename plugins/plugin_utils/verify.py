@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""verify.yml's judgements: do the nodes' stacks agree, and which node pair is slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests
+
+FIELDS = ("gpu_count", "gpu_models", "driver", "cuda", "nccl", "torch")
+TITLES = {"gpu_count": "GPUs", "gpu_models": "model", "driver": "driver", "cuda": "CUDA", "nccl": "NCCL",
+          "torch": "torch"}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(value) or "-"
+    return "-" if value in (None, "") else str(value)
+
+
+def stack_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per node: GPUs, model, driver, CUDA, NCCL, torch."""
+    header = ["node"] + [TITLES[f] for f in FIELDS]
+    rows = [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()]
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any]) -> list[str]:
+    """Each disagreement between nodes, and each node with fewer GPUs than its inventory says."""
+    problems = []
+    for field in FIELDS:
+        if field == "gpu_count":
+            continue
+        values: dict[str, list[str]] = {}
+        for host, facts in results.items():
+            values.setdefault(_show(facts.get(field)), []).append(host)
+        if len(values) > 1:
+            problems.append("the nodes' %s differ: %s" % (TITLES[field], "; ".join(
+                "%s on %s" % (value, ", ".join(hosts)) for value, hosts in sorted(values.items()))))
+    for host, facts in results.items():
+        wanted = expected_gpus.get(host)
+        if wanted not in (None, "") and int(facts.get("gpu_count") or 0) < int(wanted):
+            problems.append("%s has %d GPUs, its inventory says %d (gpufleet_gpus)" % (host, facts.get("gpu_count") or 0,
+                                                                                       int(wanted)))
+    return problems
+
+
+def pair_summary(reports: Mapping[str, Mapping[str, Any]], slow_ratio: float = 0.8) -> dict[str, Any]:
+    """Peak busbw of every node pair; pairs below slow_ratio x the median are slow; a node in all slow pairs is named."""
+    peaks = {pair: nccl_tests.peak_busbw(report) or 0.0 for pair, report in reports.items()}
+    if not peaks:
+        return {"pairs": {}, "median_gbps": None, "slow_pairs": [], "suspect_nodes": []}
+    median = statistics.median(peaks.values())
+    slow = sorted(pair for pair, peak in peaks.items() if peak < slow_ratio * median)
+    suspects: list[str] = []
+    if slow:
+        members = [set(pair.split("+")) for pair in slow]
+        common = set.intersection(*members)
+        suspects = sorted(common)
+    return {"pairs": peaks, "median_gbps": median, "slow_pairs": slow, "suspect_nodes": suspects}
+
+
+def write_report(folder: str, name: str, report: Mapping[str, Any]) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name + ".json")
+    with open(path, "w") as handle:
+        json.dump(report, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return path
+
+
+def plot_busbw(path: str, reports: Mapping[str, Mapping[str, Any]], expected: float | None = None) -> str:
+    """A PNG of bus bandwidth against message size, one line per run."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+
+    figure, axes = pyplot.subplots(figsize=(8, 4.5))
+    for label, report in reports.items():
+        sizes = [row["size_bytes"] for row in report["rows"]]
+        busbw = [row["out_of_place"]["busbw_gbps"] for row in report["rows"]]
+        axes.plot(sizes, busbw, marker="o", label=label)
+    if expected is not None:
+        axes.axhline(expected, color="red", linestyle="--", label="expected %.1f GB/s" % expected)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("message size (bytes)")
+    axes.set_ylabel("bus bandwidth (GB/s)")
+    axes.set_title("all_reduce_perf, out-of-place")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path

@@ -1,0 +1,79 @@
+"""nccl_tests and verify.yml on the 3-node container cluster.
+
+There is no GPU and no CUDA here: nccl_tests builds a stand-in source (tests/cluster/standin_repo.py)
+whose make records the variables the role passes, and whose all_reduce_perf prints nccl-tests' layout
+with fixed figures from every MPI rank. So these tests check the build logic (inputs passed, versioned
+folder, rebuilt only when an input changes) and verify.yml's orchestration: the version table and its
+agreement check, mpirun across all nodes with the generated hostfile, parsing, the JSON report, the PNG
+plot, the pass/fail verdict and the pairwise mode. They measure no bandwidth.
+"""
+
+import json
+import os
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_change(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    host = cluster.host("node1")
+    assert host.file("/opt/nccl-tests/current").linked_to == "/opt/nccl-tests/2.13.9"
+    inputs = host.file("/opt/nccl-tests/2.13.9/src/build/inputs.txt").content_string.split()
+    assert inputs == ["MPI=1", "MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi", "CUDA_HOME=/usr/local/cuda",
+                      "NCCL_HOME=/usr"]
+    built_at = host.file("/opt/nccl-tests/2.13.9/src/build/built_at").content_string
+    # The idempotence run did not rebuild (it changed nothing); a run with other make arguments does.
+    assert all(counts["changed"] == 0 for counts in provisioned["idempotence"].recap().values())
+    run = cluster.playbook("provision.yml", "--tags", "nccl_tests", "-e", '{"nccl_tests_make_args": ["DEBUG=1"]}')
+    assert run.rc == 0
+    assert host.file("/opt/nccl-tests/2.13.9/src/build/built_at").content_string != built_at
+    cluster.playbook("provision.yml", "--tags", "nccl_tests")  # back to the inventory's inputs
+
+
+def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("verify.yml")
+    assert run.rc == 0
+    table = run.out.split("GPU stack on 3 node(s)", 1)[1]
+    for node in cluster.nodes:
+        assert any(line.startswith(node) and "2.26.2-1+cuda12.8" in line and "12.8" in line and "2.13.0" in line
+                   for line in table.splitlines())
+    report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
+    assert report["hosts"] == sorted(cluster.nodes) and report["ranks"] == 3  # mpirun ran a rank on every node
+    assert report["verdict"]["passed"] is True and report["verdict"]["peak_busbw_gbps"] == 41.21
+    assert [row["size_bytes"] for row in report["rows"]] == [1048576, 16777216, 1073741824]
+    with open(os.path.join(cluster.state, "logs", "verify", "busbw.png"), "rb") as handle:
+        assert handle.read(4) == b"\x89PNG"
+
+
+def test_verify_fails_below_the_expected_bandwidth(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("verify.yml", "-e", "nccl_expected_busbw_gbps=50")
+    assert run.rc != 0
+    assert "NCCL check failed: peak bus bandwidth 41.21 GB/s is below the expected 50.00 GB/s" in run.out
+
+
+def test_verify_pairwise_runs_every_pair(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("verify.yml", "-e", "pairwise=true")
+    assert run.rc == 0
+    report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
+    assert sorted(report["pairwise"]["pairs"]) == ["node0+node1", "node0+node2", "node1+node2"]
+    assert report["pairwise"]["slow_pairs"] == []
+
+
+def test_verify_fails_when_the_nodes_disagree(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    bump = cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl", "-e", "nccl_version=2.26.5-1+cuda12.8")
+    assert bump.rc == 0
+    try:
+        run = cluster.playbook("verify.yml")
+        assert run.rc != 0
+        assert ("the nodes' NCCL differ: 2.26.2-1+cuda12.8 on node0, node1; 2.26.5-1+cuda12.8 on node2"
+                in run.out.replace("\n        ", " "))
+        gpus = cluster.playbook("verify.yml", "-e", "gpufleet_gpus=8")
+        assert "node0 has 0 GPUs, its inventory says 8 (gpufleet_gpus)" in gpus.out.replace("\n        ", " ")
+    finally:
+        cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl")

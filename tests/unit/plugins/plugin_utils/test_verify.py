@@ -1,0 +1,47 @@
+"""verify.yml's judgements: stack agreement, GPU counts, the slow pair, and the report and plot files."""
+
+import json
+import os
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests, verify
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nccl_tests")
+NODE = {"gpu_count": 8, "gpu_models": ["NVIDIA H100 80GB HBM3"], "driver": "570.124.06", "cuda": "12.8",
+        "nccl": "2.26.2-1+cuda12.8", "torch": "2.13.0"}
+
+
+def test_agreeing_nodes_have_no_problems_and_a_table():
+    results = {"gpu01": dict(NODE), "gpu02": dict(NODE)}
+    assert verify.stack_problems(results, {"gpu01": 8, "gpu02": None}) == []
+    lines = verify.stack_table(results).splitlines()
+    assert lines[0].split() == ["node", "GPUs", "model", "driver", "CUDA", "NCCL", "torch"]
+    assert lines[2].startswith("gpu01") and "570.124.06" in lines[2]
+
+
+def test_disagreements_and_missing_gpus_are_named():
+    results = {"gpu01": dict(NODE), "gpu02": dict(NODE, driver="560.35.03", gpu_count=7), "gpu03": dict(NODE)}
+    problems = verify.stack_problems(results, {"gpu02": 8})
+    assert problems == ["the nodes' driver differ: 560.35.03 on gpu02; 570.124.06 on gpu01, gpu03",
+                        "gpu02 has 7 GPUs, its inventory says 8 (gpufleet_gpus)"]
+
+
+def test_the_node_in_every_slow_pair_is_the_suspect():
+    good = nccl_tests.parse(open(os.path.join(FIXTURES, "two_node_mpirun.txt")).read())
+    slow = json.loads(json.dumps(good))
+    for row in slow["rows"]:
+        row["out_of_place"]["busbw_gbps"] /= 4
+        row["in_place"]["busbw_gbps"] /= 4
+    summary = verify.pair_summary({"n0+n1": good, "n0+n2": slow, "n1+n2": slow, "n0+n3": good, "n1+n3": good,
+                                   "n2+n3": slow})
+    assert summary["slow_pairs"] == ["n0+n2", "n1+n2", "n2+n3"]
+    assert summary["suspect_nodes"] == ["n2"]
+
+
+def test_report_and_plot_files(tmp_path):
+    report = nccl_tests.parse(open(os.path.join(FIXTURES, "single_node_8gpu.txt")).read())
+    path = verify.write_report(str(tmp_path), "all_reduce", report)
+    assert json.load(open(path))["avg_busbw_gbps"] == 102.614
+    png = verify.plot_busbw(str(tmp_path / "busbw.png"), {"all nodes": report}, expected=300)
+    with open(png, "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(png) > 5000
