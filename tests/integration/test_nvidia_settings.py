@@ -58,3 +58,13 @@ def test_unsupported_or_misspelt_distribution_fails(tmp_path, distribution, majo
     rc, out, rendered = render(tmp_path, distribution, major, arch)
     assert rc != 0 and rendered is None
     assert "localhost: %s %s (%s) is not supported by gpufleet's NVIDIA roles" % (distribution, major, arch) in out
+
+
+def test_the_internal_repository_role_refuses_to_run_on_its_own():
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+                           os.path.join(REPO, "tests", "integration", "playbooks", "nvidia_repo_alone.yml")],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    assert "gpufleet.cluster.nvidia_repo is internal: it is included by the nvidia_driver, cuda_toolkit and nccl roles" \
+        in done.stdout.replace("\n        ", " ")
