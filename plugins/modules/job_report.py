@@ -22,21 +22,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-  action:
-    support: full
-    details: Runs entirely on the controller.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
+  - gpufleet.cluster.attributes.controller
 options:
   job:
     description: Job name.

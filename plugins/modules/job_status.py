@@ -21,15 +21,7 @@ author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - gpufleet.cluster.attributes.read_only
 options:
   job:
     description: Name of the job; all jobs of O(jobs_dir) when omitted.

@@ -21,15 +21,7 @@ author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - gpufleet.cluster.attributes.read_only
 options:
   address:
     description: The node's cluster address, an IP literal.

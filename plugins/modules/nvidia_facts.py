@@ -19,15 +19,7 @@ author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - gpufleet.cluster.attributes.read_only
 options:
   sys_root:
     description: Where sysfs is mounted.
