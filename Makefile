@@ -7,7 +7,7 @@ STAMP := $(VENV)/.gpufleet-installed
 PYTEST_ARGS ?=
 
 # Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md).
-SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit
+SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg
 
 .PHONY: demo test venv system-packages unit integration cluster molecule lint sanity bench collection clean
 
@@ -23,7 +23,7 @@ demo: venv
 	$(BIN)/ansible-playbook playbooks/train.yml -e script=examples/train.py
 
 test: venv system-packages lint sanity
-	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS) tests
 	$(MAKE) molecule
 
 system-packages:
@@ -36,7 +36,7 @@ integration: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/integration
 
 cluster: venv system-packages
-	$(BIN)/python -m pytest $(PYTEST_ARGS) tests/cluster
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest $(PYTEST_ARGS) tests/cluster
 
 molecule: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test

@@ -1,7 +1,15 @@
-"""Make gpufleet.cluster importable as ansible_collections.gpufleet.cluster from this checkout."""
+"""Make gpufleet.cluster importable from this checkout, and this environment's tools callable.
+
+pytest-testinfra's Ansible backend and the tests call ansible-playbook, ansible-inventory and friends by name:
+they must be the ones installed beside the Python that runs pytest, however pytest was started.
+"""
 
 import os
 import sys
+
+BIN = os.path.dirname(sys.executable)
+if BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(REPO, "collections")

@@ -73,7 +73,7 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(
         ("job", "script", "script_dir", "script_on_nodes", "script_args", "nproc_per_node", "master_port", "wait",
-         "env", "logs_dir", "group")
+         "env", "secret_env_names", "logs_dir", "group")
     )
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
@@ -107,6 +107,8 @@ class ActionModule(ActionBase):
         planned = plan.plan_nodes(nodes, hostvars_of)
         logs_dir = os.path.abspath(os.path.expanduser(str(args.get("logs_dir") or "logs")))
         wait = plan.parse_bool(args.get("wait", True), "wait")
+        # Only the names of the secret variables come here: their values never pass through a registered result.
+        plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
         return {
             "job": job,
             "run_id": run_id,

@@ -34,6 +34,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script imp
 
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ENV_FILE = "env"
+SECRET_ENV_FILE = "secret_env"
 SUPERVISOR_FILE = "supervisor.py"
 SUPERVISOR_LOG = "supervisor.log"
 _ROOT_CAUSE_RE = re.compile(
@@ -155,7 +156,7 @@ def _read(path: str) -> str:
 def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
     env_path = os.path.join(path, ENV_FILE)
     return {
-        sup.LAUNCH_FILE: render_launch_script(spec, env_path),
+        sup.LAUNCH_FILE: render_launch_script(spec, env_path, os.path.join(path, SECRET_ENV_FILE)),
         ENV_FILE: render_env_file(job_environment(spec)),
     }
 
@@ -168,6 +169,7 @@ def launch(
     check_mode: bool,
     start_timeout_s: float = 15.0,
     script_content: str | None = None,
+    secret_env: dict[str, str] | None = None,
 ) -> dict:
     """Render the job's files (and the script, when its text is given) and start its supervisor.
 
@@ -215,6 +217,11 @@ def launch(
             os.remove(os.path.join(path, name))
     _write(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
     _write(os.path.join(path, ENV_FILE), files[ENV_FILE], 0o600)
+    secret_path = os.path.join(path, SECRET_ENV_FILE)
+    if secret_env:
+        _write(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
+    elif os.path.exists(secret_path):
+        os.remove(secret_path)
     _write(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
     spec_data = spec.as_dict()
     spec_data["run_id"] = run_id

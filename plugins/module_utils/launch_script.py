@@ -12,6 +12,7 @@ arguments and environment values reach the training script unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,8 @@ class JobSpec:
     script_sha256: str = ""
     # Environment files of the node (e.g. the nccl_env role's) sourced before the job's own environment, if present.
     env_files: tuple[str, ...] = ()
+    # The sha256 of the job's secret environment: the values live only in the owner-only secret_env file.
+    secret_env_sha256: str = ""
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -89,7 +92,12 @@ def torchrun_command(spec: JobSpec) -> list[str]:
     ] + list(spec.script_args)
 
 
-def render_launch_script(spec: JobSpec, env_path: str) -> str:
+def secret_env_sha256(secret_env: dict[str, str]) -> str:
+    """A digest that changes with the secrets, for comparing launches without keeping the values."""
+    return hashlib.sha256(render_env_file(secret_env).encode()).hexdigest() if secret_env else ""
+
+
+def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | None = None) -> str:
     """The bash script the supervisor runs; it can also be run by hand to repeat this node's launch."""
     command = [shlex.quote(part) for part in torchrun_command(spec)]
     quoted = " ".join(command[:3]) + "".join(" \\\n  " + part for part in command[3:])
@@ -101,6 +109,7 @@ def render_launch_script(spec: JobSpec, env_path: str) -> str:
         "cd %(workdir)s\n"
         "%(env_files)s"
         ". %(env)s\n"
+        "%(secret_env)s"
         "exec %(command)s\n"
     ) % {
         "job": spec.job,
@@ -109,6 +118,7 @@ def render_launch_script(spec: JobSpec, env_path: str) -> str:
         "world": spec.world_size,
         "workdir": shlex.quote(spec.workdir),
         "env": shlex.quote(env_path),
+        "secret_env": ". %s\n" % shlex.quote(secret_env_path) if spec.secret_env_sha256 and secret_env_path else "",
         "env_files": "".join("if [ -r %s ]; then . %s; fi\n" % (shlex.quote(f), shlex.quote(f)) for f in spec.env_files),
         "command": quoted,
     }

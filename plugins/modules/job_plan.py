@@ -57,6 +57,10 @@ options:
   env:
     description: Environment variables for every rank.
     type: dict
+  secret_env_names:
+    description: The names of the secret environment variables (their values are not given here), to check them.
+    type: list
+    elements: str
   logs_dir:
     description: Controller folder for the fetched logs.
     type: str

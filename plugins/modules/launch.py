@@ -94,6 +94,13 @@ options:
     description: Extra environment variables for every rank. Written to the job's C(env) file, readable by its owner only.
     type: dict
     default: {}
+  secret_env:
+    description:
+      - Secret environment variables for every rank (tokens, keys). Written to the job's C(secret_env) file, readable
+        by its owner only, and sourced by the launch script; never put in an argument list, the launch script,
+        the job's spec or this module's output, and masked in Ansible's logs.
+    type: dict
+    default: {}
   env_files:
     description:
       - Environment files on the node sourced before O(env), when they exist (the C(nccl_env) role writes
@@ -191,7 +198,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, node
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE, JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE, JobSpec, secret_env_sha256
 
 
 def supervisor_source() -> str:
@@ -221,7 +228,12 @@ def build_spec(params: dict) -> JobSpec:
         env=tuple(sorted((str(k), str(v)) for k, v in params["env"].items())),
         grace_s=params["grace_s"],
         env_files=tuple(params["env_files"]),
+        secret_env_sha256=secret_env_sha256(_as_strings(params["secret_env"])),
     )
+
+
+def _as_strings(env: dict) -> dict[str, str]:
+    return {str(key): str(value) for key, value in env.items()}
 
 
 def validate(module: AnsibleModule, params: dict) -> None:
@@ -235,9 +247,10 @@ def validate(module: AnsibleModule, params: dict) -> None:
         module.fail_json(msg="script: must be relative to workdir when script_content is given, got %s" % params["script"])
     if not 1 <= params["master_port"] <= 65535:
         module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
-    bad = [key for key in params["env"] if not ENV_NAME_RE.match(str(key))]
-    if bad:
-        module.fail_json(msg="env: %s not a valid environment variable name" % ", ".join(repr(k) for k in bad))
+    for option in ("env", "secret_env"):
+        bad = [key for key in params[option] if not ENV_NAME_RE.match(str(key))]
+        if bad:
+            module.fail_json(msg="%s: %s not a valid environment variable name" % (option, ", ".join(repr(k) for k in bad)))
 
 
 def main() -> None:
@@ -258,6 +271,7 @@ def main() -> None:
             "workdir": {"type": "path"},
             "env": {"type": "dict", "default": {}},
             "env_files": {"type": "list", "elements": "path", "default": []},
+            "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "run_id": {"type": "str"},
             "grace_s": {"type": "float", "default": 10},
             "start_timeout_s": {"type": "float", "default": 15},
@@ -277,6 +291,7 @@ def main() -> None:
             module.check_mode,
             start_timeout_s=params["start_timeout_s"],
             script_content=params["script_content"],
+            secret_env=_as_strings(params["secret_env"]),
         )
     except (jobs.JobError, OSError) as exc:
         module.fail_json(msg=str(exc))

@@ -44,7 +44,7 @@ PREFIX = "gpufleet-test-"
 PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
 SUITE = "bookworm"
 WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
-SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit"]
+SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg"]
 
 # Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
 # server's init does: sshd as a daemon with a pid file (so a test can stop sshd alone), then wait forever.
@@ -79,7 +79,7 @@ def podman(*args: str, check: bool = True, capture: bool = True, input_bytes: by
 
 
 def ensure_system_packages() -> None:
-    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "runc", "ssh-keyscan", "catatonit")):
+    if all(shutil.which(tool) for tool in ("podman", "debootstrap", "runc", "ssh-keyscan", "catatonit", "gpg")):
         return
     subprocess.run([os.path.join(REPO, "scripts", "install-system-packages.sh"), *SYSTEM_PACKAGES], check=True)
 

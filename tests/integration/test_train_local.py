@@ -1,5 +1,6 @@
 """train.yml, stop.yml and status.yml for real on the local two-node inventory (two torchrun agents, loopback)."""
 
+import hashlib
 import json
 import os
 import re
@@ -90,10 +91,20 @@ def test_detached_job_status_idempotent_relaunch_and_stop(local):
     first = local.playbook("train.yml", *args)
     assert first.rc == 0 and re.search(r"^node1\s+1\s+running", first.out, re.M)
     assert first.task_results("Launch the job") == {"node0": "changed", "node1": "changed"}
+    old_run = json.loads((local.job_dir("node0", "sleeper") / "job.json").read_text())["run_id"]
     again = local.playbook("train.yml", *args)
-    assert again.rc == 0
-    assert again.task_results("Launch the job") == {"node0": "ok", "node1": "ok"}
+    assert again.rc != 0  # the stale-job guard: the same name is still running
+    assert ("job sleeper is still running on node0, node1; stop it with playbooks/stop.yml -e job=sleeper, "
+            "or launch again with -e force=true" in " ".join(again.out.split()))
+    assert json.loads((local.job_dir("node0", "sleeper") / "job.json").read_text())["run_id"] == old_run
+    forced = local.playbook("train.yml", *args, "-e", "force=true")
+    assert forced.rc == 0
     run_id = json.loads((local.job_dir("node0", "sleeper") / "job.json").read_text())["run_id"]
+    assert run_id != old_run and proc_env_has("GPUFLEET_RUN_ID=%s" % old_run) == []
+    assert (local.job_dir("node0", "sleeper") / ("job.%s.log" % old_run)).exists()  # the earlier log is kept
+    deadline = time.monotonic() + 30  # the agents start their workers a moment after the launch returns
+    while len(proc_env_has("GPUFLEET_RUN_ID=%s" % run_id)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert len(proc_env_has("GPUFLEET_RUN_ID=%s" % run_id)) >= 4  # two agents, two workers
 
     status = local.playbook("status.yml")
@@ -171,3 +182,32 @@ def test_train_from_the_built_and_installed_collection(tmp_path):
     print(done.stdout[-4000:], done.stderr[-2000:])
     assert done.returncode == 0
     assert "world size 2" in (work / "logs" / "train" / "node1.log").read_text()
+
+
+def test_secret_env_reaches_the_ranks_but_no_log_argument_list_or_readable_file(local):
+    secret = "s3cr3t-Value-%d" % os.getpid()
+    extra = json.dumps({"gpufleet_secret_env": {"API_TOKEN": secret},
+                        "gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "HOLD_S": "60",
+                                         "EXPECTED_TOKEN_SHA256": hashlib.sha256(secret.encode()).hexdigest()}})
+    run = local.playbook("train.yml", "-vvv", "-e", "script=%s/check_secret.py" % SCRIPTS, "-e", "job=secret",
+                         "-e", "wait=false", "-e", extra)
+    assert run.rc == 0
+    assert secret not in run.out.replace(extra, "")  # the -e argument itself is the caller's, echoed by -vvv
+    job0 = local.job_dir("node0", "secret")
+    deadline = time.monotonic() + 60
+    while "token ok" not in (job0 / "job.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "token ok on node_rank 0" in (job0 / "job.log").read_text()
+    run_id = json.loads((job0 / "job.json").read_text())["run_id"]
+    pids = proc_env_has("GPUFLEET_RUN_ID=%s" % run_id)
+    assert pids
+    for pid in pids:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            assert secret.encode() not in handle.read()
+    for host in ("node0", "node1"):
+        folder = local.job_dir(host, "secret")
+        assert oct(os.stat(folder / "secret_env").st_mode & 0o777) == "0o600"
+        for path in folder.rglob("*"):
+            if path.is_file() and path.name != "secret_env":
+                assert secret not in path.read_text(errors="replace"), path
+    local.playbook("stop.yml", "-e", "job=secret")

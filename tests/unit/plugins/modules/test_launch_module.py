@@ -66,3 +66,25 @@ def test_bad_input_fails_before_anything_is_written(capsys, args, change, needle
     result = run_module(capsys, dict(args, **change))
     assert result["failed"] is True and needle in result["msg"]
     assert not os.path.exists(args["jobs_dir"])
+
+
+def test_secret_env_is_in_an_owner_only_file_and_never_in_output_or_spec(capsys, args):
+    secret = "hunter2-%d" % os.getpid()
+    result = run_module(capsys, dict(args, secret_env={"API_TOKEN": secret}, _ansible_diff=True))
+    assert result["changed"] is True
+    assert secret not in json.dumps(result)  # no_log masks it, and nothing returns it
+    path = jobs.job_dir(args["jobs_dir"], "unit")
+    secret_file = os.path.join(path, "secret_env")
+    assert oct(os.stat(secret_file).st_mode & 0o777) == "0o600"
+    assert "export API_TOKEN=%s" % secret in open(secret_file).read()
+    assert ". %s" % secret_file in open(os.path.join(path, "launch.sh")).read()
+    for name in ("launch.sh", "env", "job.json"):
+        assert secret not in open(os.path.join(path, name)).read()
+    # Another secret is another launch: refused while this one runs, without showing either value.
+    other = run_module(capsys, dict(args, secret_env={"API_TOKEN": secret + "x"}))
+    assert other["failed"] is True and "secret_env_sha256 differ" in other["msg"] and secret not in other["msg"]
+
+
+def test_bad_secret_env_names_fail(capsys, args):
+    result = run_module(capsys, dict(args, secret_env={"BAD-NAME": "x"}))
+    assert result["failed"] is True and "secret_env: 'BAD-NAME' not a valid environment variable name" in result["msg"]
