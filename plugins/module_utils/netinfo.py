@@ -13,6 +13,8 @@ import socket
 import subprocess
 from collections.abc import Callable
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+
 
 def interfaces(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, list[str]]:
     """Interface name -> its IP addresses, from `ip -j addr show`."""
@@ -35,26 +37,22 @@ def interface_of(address: str, addresses: dict[str, list[str]]) -> str | None:
 def infiniband(sys_root: str = "/sys") -> list[dict]:
     """The HCAs in /sys/class/infiniband with their ports' state and link layer and their net devices."""
     base = os.path.join(sys_root, "class", "infiniband")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
     hcas = []
-    for name in names:
+    for name in sysfs.entries(base):
         ports = []
         ports_dir = os.path.join(base, name, "ports")
-        for port in sorted(os.listdir(ports_dir)) if os.path.isdir(ports_dir) else []:
+        for port in sysfs.entries(ports_dir):
             counters = os.path.join(ports_dir, port, "counters")
             ports.append({
                 "port": int(port),
-                "state": _read(os.path.join(ports_dir, port, "state")),
-                "link_layer": _read(os.path.join(ports_dir, port, "link_layer")),
+                "state": sysfs.value(os.path.join(ports_dir, port, "state")),
+                "link_layer": sysfs.value(os.path.join(ports_dir, port, "link_layer")),
                 # In units of 4 bytes (octets / 4), as the IB specification counts them.
-                "xmit_data": int(_read(os.path.join(counters, "port_xmit_data")) or 0),
-                "rcv_data": int(_read(os.path.join(counters, "port_rcv_data")) or 0),
+                "xmit_data": int(sysfs.value(os.path.join(counters, "port_xmit_data")) or 0),
+                "rcv_data": int(sysfs.value(os.path.join(counters, "port_rcv_data")) or 0),
             })
         net_dir = os.path.join(base, name, "device", "net")
-        netdevs = sorted(os.listdir(net_dir)) if os.path.isdir(net_dir) else []
+        netdevs = sysfs.entries(net_dir)
         hcas.append({"name": name, "ports": ports, "netdevs": netdevs})
     return hcas
 
@@ -78,11 +76,3 @@ def ib_traffic_bytes(before: list[dict], after: list[dict]) -> dict[str, dict[st
 
 def hostname() -> dict[str, str]:
     return {"hostname": socket.gethostname().split(".")[0], "fqdn": socket.getfqdn()}
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""

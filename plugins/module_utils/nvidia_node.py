@@ -10,38 +10,28 @@ import os
 import subprocess
 from collections.abc import Callable
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches (0x0680) are not GPUs
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
     """NVIDIA GPUs on the PCI bus, whether or not a driver is loaded."""
     base = os.path.join(sys_root, "bus", "pci", "devices")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
     found = []
-    for name in names:
+    for name in sysfs.entries(base):
         device = os.path.join(base, name)
-        if _read(os.path.join(device, "vendor")) != NVIDIA_VENDOR:
+        if sysfs.value(os.path.join(device, "vendor")) != NVIDIA_VENDOR:
             continue
-        if _read(os.path.join(device, "class"))[:6] in DISPLAY_CLASSES:
-            found.append({"address": name, "device": _read(os.path.join(device, "device"))})
+        if sysfs.value(os.path.join(device, "class"))[:6] in DISPLAY_CLASSES:
+            found.append({"address": name, "device": sysfs.value(os.path.join(device, "device"))})
     return found
 
 
 def loaded_driver(sys_root: str = "/sys") -> str | None:
     """The version of the nvidia kernel module that is loaded, or None."""
-    return _read(os.path.join(sys_root, "module", "nvidia", "version")) or None
+    return sysfs.value(os.path.join(sys_root, "module", "nvidia", "version")) or None
 
 
 def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
