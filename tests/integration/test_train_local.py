@@ -127,6 +127,15 @@ def test_detached_job_status_idempotent_relaunch_and_stop(local):
     assert re.search(r"^node0\s+sleeper\s+0\s+stopped", after.out, re.M)
 
 
+@pytest.mark.parametrize("playbook", ["stop.yml", "status.yml"])
+def test_stop_and_status_refuse_a_bad_job_name_before_touching_a_node(local, playbook):
+    run = local.playbook(playbook, "-e", "job='a b'")
+    assert run.rc != 0
+    assert "job: \"a b\" is not a valid job name" in run.out
+    assert "TASK [gpufleet.cluster.job : Stop the job" not in run.out
+    assert "TASK [gpufleet.cluster.job : Read the state of the job(s)" not in run.out
+
+
 def test_limit_keeps_order_and_makes_the_remaining_host_the_master(local):
     run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "script_args='--epochs 1'",
                          "--limit", "node1")
