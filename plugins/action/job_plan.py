@@ -66,6 +66,15 @@ def script_layout(script: Any, script_dir: Any, on_nodes: bool) -> dict[str, Any
             "remote_script": os.path.basename(source), "remote_workdir": None}
 
 
+def hang_timeout(value: Any) -> int | None:
+    """The watchdog's seconds (unset is off; 0 is refused rather than read as off)."""
+    try:
+        return plan.parse_positive_int(value, "hang_timeout", maximum=7 * 24 * 3600)
+    except plan.PlanError as exc:
+        raise plan.PlanError("%s (seconds without output on every node; leave it unset to turn the watchdog off)"
+                             % exc)
+
+
 class ActionModule(ActionBase):
     """Checks every launch input before any node is touched and returns the job's plan."""
 
@@ -73,7 +82,7 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(
         ("job", "script", "script_dir", "script_on_nodes", "script_args", "nproc_per_node", "master_port", "wait",
-         "env", "secret_env_names", "logs_dir", "group")
+         "env", "secret_env_names", "logs_dir", "group", "hang_timeout", "max_restarts")
     )
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
@@ -121,6 +130,11 @@ class ActionModule(ActionBase):
             "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),
+            "hang_timeout": hang_timeout(args.get("hang_timeout")),
+            "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
+                                                    minimum=0, maximum=100),
+            # The gang: every node's supervisor sends heartbeats to the others' addresses.
+            "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             "wait": wait,
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),

@@ -9,7 +9,13 @@ polls its own node with gpufleet.cluster.job_status and, after each poll,
 writes its state into a folder on the controller that all of them share and
 reads the others'. When another node has failed, stopped or stopped
 answering, it stops its own node's part of the job with
-gpufleet.cluster.job_stop, so no rank is left waiting in a collective.
+gpufleet.cluster.job_stop, so no rank is left waiting in a collective. (The
+nodes' supervisors do the same among themselves, with heartbeats, without the
+controller; this is the controller's second line.)
+
+When the gpufleet.cluster.interrupt callback has seen Ctrl-C, the file named
+by GPUFLEET_INTERRUPT_FILE exists: each node's wait then stops its node's part
+and returns, so that the play goes on to fetch the logs and report.
 """
 
 from __future__ import annotations
@@ -25,8 +31,15 @@ from ansible.utils.display import Display
 
 display = Display()
 
-GANG_TRIGGERS = ("failed", "lost", "unreachable", "stopped")
-TERMINAL = ("succeeded", "failed", "stopped", "lost", "absent", "unreachable")
+GANG_TRIGGERS = ("failed", "lost", "unreachable", "stopped", "hung")
+TERMINAL = ("succeeded", "failed", "stopped", "hung", "lost", "absent", "unreachable")
+INTERRUPT_VAR = "GPUFLEET_INTERRUPT_FILE"
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C was pressed on the controller (see the gpufleet.cluster.interrupt callback)."""
+    path = os.environ.get(INTERRUPT_VAR)
+    return bool(path) and os.path.exists(str(path))
 
 
 def write_state(gang_dir: str, host: str, state: dict) -> None:
@@ -78,8 +91,13 @@ class ActionModule(ActionBase):
         hosts = list(args.get("hosts") or [])
         status_args = {"job": job, "jobs_dir": jobs_dir}
 
+        if progress and not os.environ.get(INTERRUPT_VAR):
+            display.warning("Ctrl-C will leave job %s running on the nodes: enable the gpufleet.cluster.interrupt "
+                            "callback (callbacks_enabled in ansible.cfg) to have it stop the job everywhere" % job)
         misses = 0
         stopped_for: dict | None = None
+        was_interrupted = False
+        attempt = 1
         last_shown = ""
         last_shown_at = 0.0
         started = time.monotonic()
@@ -101,6 +119,15 @@ class ActionModule(ActionBase):
                                          "ended_at": current.get("ended_at"), "stopped_for": stopped_for})
             if state in TERMINAL:
                 break
+            if not was_interrupted and interrupted():
+                was_interrupted = True
+                display.display("  [%s] interrupted on the controller: stopping this node's part" % host)
+                self._stop(job, jobs_dir, "stopped by gpufleet: interrupted on the controller (Ctrl-C)", task_vars)
+                continue
+            if progress and isinstance(current.get("attempt"), int) and current["attempt"] != attempt:
+                attempt = current["attempt"]
+                display.display("  [%s] the job failed; attempt %d of %s on master port %s" % (
+                    host, attempt, int(current.get("max_restarts") or 0) + 1, current.get("master_port")))
             if progress and current.get("last_line") and current["last_line"] != last_shown:
                 if time.monotonic() - last_shown_at >= progress_s:
                     last_shown, last_shown_at = current["last_line"], time.monotonic()
@@ -126,6 +153,8 @@ class ActionModule(ActionBase):
         current.update(host=host, node_rank=args.get("node_rank"), job=job)
         if stopped_for is not None:
             current["stopped_for"] = stopped_for["host"]
+        if was_interrupted:
+            current["interrupted"] = True
         result.update(changed=False, job_result=current)
         return result
 

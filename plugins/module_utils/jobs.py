@@ -84,10 +84,26 @@ def torchrun_root_cause(lines: list[str]) -> dict | None:
     if match is None:
         return None
     code = int(match.group("code"))
-    cause = {"rank": int(match.group("rank")), "local_rank": int(match.group("local")), "exit_code": code}
+    cause: dict = {"rank": int(match.group("rank")), "local_rank": int(match.group("local")), "exit_code": code}
     if code < 0:
         cause["signal"] = sup.signal_name(-code)
+    rest = "\n".join(lines)[match.end():].split("=" * 20, 1)[0]
+    error_file = re.search(r"^\s*error_file\s*:\s*(\S+)", rest, re.M)
+    if error_file and error_file.group(1) != "<N/A>":
+        cause["error_file"] = error_file.group(1)
+    traceback = rest.split("traceback :", 1)[1].strip().splitlines() if "traceback :" in rest else []
+    if traceback and not traceback[0].startswith("To enable traceback"):
+        cause["error"] = traceback[-1].strip()
     return cause
+
+
+def error_file_message(path: str) -> str | None:
+    """The exception a worker recorded in its TORCHELASTIC_ERROR_FILE (scripts whose entry point uses @record)."""
+    data = sup.read_json(path)
+    message = data.get("message") if data else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    return str(message).strip() or None if message else None
 
 
 def without_agent_report(lines: list[str]) -> list[str]:
@@ -107,12 +123,12 @@ def status(path: str, tail: int = 0) -> dict:
     result: dict = {"job_dir": path, "log_path": os.path.join(path, sup.LOG_FILE)}
     spec = read_spec(path)
     if spec is None:
-        result["state"] = "absent"
+        result.update(state="absent", running=False)
         return result
     state = sup.read_json(os.path.join(path, sup.STATE_FILE))
     if state is None or state.get("run_id") != spec.get("run_id"):
         # Launched, but the supervisor has not written its first state yet.
-        result.update(state="starting", run_id=spec.get("run_id"))
+        result.update(state="starting", run_id=spec.get("run_id"), running=True)
         return result
     result.update(state)
     if state.get("state") not in sup.TERMINAL_STATES and not sup.supervisor_alive(state):
@@ -125,15 +141,19 @@ def status(path: str, tail: int = 0) -> dict:
     result["last_line"] = lines[-1] if lines else ""
     cause = torchrun_root_cause(lines) if result["state"] in ("failed", "lost") else None
     if cause:
+        if cause.get("error_file"):
+            cause["error"] = error_file_message(cause["error_file"]) or cause.get("error")
         result["root_cause"] = cause
         lines = without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
-    result["master_port"] = spec.get("master_port")
+    result["master_port"] = state.get("master_port") or spec.get("master_port")
+    result["restart_ports"] = spec.get("restart_ports") or []
+    result["running"] = is_running(result)
     return result
 
 
 def is_running(current: dict) -> bool:
-    return current.get("state") in ("starting", "running", "stopping")
+    return current.get("state") in sup.RUNNING_STATES
 
 
 def _write(path: str, content: str, mode: int) -> None:
@@ -170,11 +190,14 @@ def launch(
     start_timeout_s: float = 15.0,
     script_content: str | None = None,
     secret_env: dict[str, str] | None = None,
+    gang_key: str | None = None,
 ) -> dict:
     """Render the job's files (and the script, when its text is given) and start its supervisor.
 
     The same spec already running changes nothing.
     """
+    if spec.nodes and not gang_key:
+        raise JobError("gang_key: is required when nodes are given (the same key on every node of the job)")
     files = rendered_files(path, spec)
     before = {name: _read(os.path.join(path, name)) for name in files}
     result: dict = {
@@ -222,6 +245,11 @@ def launch(
         _write(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
     elif os.path.exists(secret_path):
         os.remove(secret_path)
+    key_path = os.path.join(path, sup.GANG_KEY_FILE)
+    if spec.nodes:
+        _write(key_path, gang_key + "\n", 0o600)  # authenticates the heartbeats; owner-only like the secrets
+    elif os.path.exists(key_path):
+        os.remove(key_path)
     _write(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
     spec_data = spec.as_dict()
     spec_data["run_id"] = run_id
@@ -262,6 +290,9 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
         current = status(path)
         if current["state"] not in ("starting", "absent") and current.get("pid"):
             return current
+        if current["state"] in sup.TERMINAL_STATES:
+            raise JobError("the supervisor of %s could not start the job: %s"
+                           % (path, current.get("error") or current.get("lost_reason") or current["state"]))
         time.sleep(0.05)
     raise JobError(
         "the supervisor of %s did not start within %.0f s; see %s"

@@ -13,6 +13,7 @@ arguments and environment values reach the training script unchanged.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -36,19 +37,35 @@ class JobSpec:
     workdir: str
     script_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
-    grace_s: float = 10.0
+    grace_s: float = 5.0
     # The sha256 of a script written by the launch itself (script_content), so that changed code is a changed spec.
     script_sha256: str = ""
     # Environment files of the node (e.g. the nccl_env role's) sourced before the job's own environment, if present.
     env_files: tuple[str, ...] = ()
     # The sha256 of the job's secret environment: the values live only in the owner-only secret_env file.
     secret_env_sha256: str = ""
+    # The job's nodes as (inventory host, address) in rank order: the gang whose supervisors watch each other.
+    nodes: tuple[tuple[str, str], ...] = ()
+    # UDP port of the gang's heartbeats on every node's address; 0 means master_port (UDP, not TCP).
+    gang_port: int = 0
+    heartbeat_s: float = 1.0
+    # Heartbeats a node may miss before the others count it lost and stop.
+    heartbeat_misses: int = 5
+    # Seconds a node waits for another node's first heartbeat.
+    join_timeout_s: float = 120.0
+    # Seconds of silence in every node's log after which the job counts as hung and is stopped; 0 is off.
+    hang_timeout_s: int = 0
+    # Launches of the whole gang again after a failure, each on the next of restart_ports.
+    max_restarts: int = 0
+    restart_ports: tuple[int, ...] = ()
 
     def as_dict(self) -> dict:
         data = asdict(self)
         data["script_args"] = list(self.script_args)
         data["env"] = dict(self.env)
         data["env_files"] = list(self.env_files)
+        data["nodes"] = [list(node) for node in self.nodes]
+        data["restart_ports"] = list(self.restart_ports)
         return data
 
 
@@ -75,8 +92,12 @@ def render_env_file(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def torchrun_command(spec: JobSpec) -> list[str]:
-    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous."""
+def torchrun_command(spec: JobSpec, log_dir: str | None = None) -> list[str]:
+    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous.
+
+    With log_dir, torchrun keeps each worker's TORCHELASTIC_ERROR_FILE there (in the job folder), so the error a
+    script records with ``@record`` outlives the run and reaches the report.
+    """
     return [
         spec.python,
         "-m",
@@ -87,6 +108,7 @@ def torchrun_command(spec: JobSpec) -> list[str]:
         "--master-addr=%s" % spec.master_addr,
         "--master-port=%d" % spec.master_port,
         "--rdzv-backend=static",
+    ] + (["--log-dir=%s" % log_dir] if log_dir else []) + [
         "--max-restarts=0",
         spec.script,
     ] + list(spec.script_args)
@@ -99,7 +121,11 @@ def secret_env_sha256(secret_env: dict[str, str]) -> str:
 
 def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | None = None) -> str:
     """The bash script the supervisor runs; it can also be run by hand to repeat this node's launch."""
-    command = [shlex.quote(part) for part in torchrun_command(spec)]
+    # The supervisor gives each attempt its master port (a restart takes the next of restart_ports).
+    port_arg = "--master-port=%d" % spec.master_port
+    command = ['--master-port="${GPUFLEET_MASTER_PORT:-%d}"' % spec.master_port if part == port_arg
+               else shlex.quote(part)
+               for part in torchrun_command(spec, os.path.join(os.path.dirname(env_path), "torchelastic"))]
     quoted = " ".join(command[:3]) + "".join(" \\\n  " + part for part in command[3:])
     return (
         "#!/bin/bash\n"

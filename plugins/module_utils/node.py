@@ -63,6 +63,21 @@ def pick_free_port(
     raise RuntimeError("no free TCP port in %d-%d" % (min(ports), max(ports)) if ports else "no candidate ports")
 
 
+def pick_free_ports(
+    count: int,
+    exclude: Iterable[int | None] = (),
+    in_use: Callable[[int], bool] = port_in_use,
+    rng: random.Random | None = None,
+) -> list[int]:
+    """count different free ports of the torchrun range, none of them in exclude."""
+    picked: list[int] = []
+    skip = {port for port in exclude if port is not None}
+    for _index in range(count):
+        candidates = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in skip and p not in picked]
+        picked.append(pick_free_port(candidates, in_use, rng))
+    return picked
+
+
 PYTHON_CHECK = (
     "import importlib.util, json, sys;"
     "print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.version_info[:3],"

@@ -18,7 +18,16 @@ detached (its own session), as ``python3 supervisor.py JOB_DIR``. It then:
 - after the launcher exits, by itself or stopped, ends any process of the run
   that is still there, so nothing is orphaned;
 - records state, exit code or signal and timestamps in ``state.json`` and the
-  exit code in ``exit_code``.
+  exit code in ``exit_code``;
+- takes part in the gang (when the spec lists the job's nodes): it sends an
+  authenticated UDP heartbeat to every other node's supervisor each
+  ``heartbeat_s`` and stops its own node's part when another node's part
+  failed, or when another node has been silent for ``heartbeat_misses``
+  heartbeats. No controller is needed for that, so a detached job fails
+  fast too. The same heartbeats carry how long each node's log has been
+  silent, for the hang watchdog (``hang_timeout_s``), and which attempt each
+  node is in, so that with ``max_restarts`` the whole gang is launched again
+  together, on the next of ``restart_ports``.
 
 Processes are only ever signalled by PID after checking they carry this run's
 token: never by name or pattern. Standard library only, Python 3.8+.
@@ -27,9 +36,13 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import hmac
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,9 +53,13 @@ LAUNCH_FILE = "launch.sh"
 LOG_FILE = "job.log"
 EXIT_CODE_FILE = "exit_code"
 STOP_REQUEST_FILE = "stop_request"
+GANG_KEY_FILE = "gang_key"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
 TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
-TERMINAL_STATES = ("succeeded", "failed", "stopped", "lost")
+TERMINAL_STATES = ("succeeded", "failed", "stopped", "hung", "lost")
+RUNNING_STATES = ("starting", "running", "stopping", "restarting")
+# Outcomes of one node's part of one attempt that end the attempt for the whole gang.
+GANG_FAILURES = ("failed", "stopped", "hung")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -159,6 +176,144 @@ def _set_parent_death_signal() -> None:
         pass
 
 
+def sign(key: bytes, message: dict) -> bytes:
+    """The datagram for message: its canonical JSON and an HMAC-SHA256 of it under the run's key."""
+    body = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+    return body + b"\n" + hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+
+
+def verify(key: bytes, datagram: bytes) -> dict | None:
+    """The message of an authentic datagram, or None (forged, damaged or not ours)."""
+    body, _sep, mac = datagram.rpartition(b"\n")
+    if not body or not hmac.compare_digest(hmac.new(key, body, hashlib.sha256).hexdigest().encode(), mac):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+class Gang:
+    """This node's view of the other nodes of the run, kept by heartbeats over UDP.
+
+    ``nodes`` is the job's (host, address) list in rank order; every
+    supervisor listens on ``port`` (UDP) at its own address. Times are this
+    node's monotonic clock: a peer's silence is measured from when its last
+    heartbeat arrived here, and the log silence it reports is a duration, so
+    clocks need not agree.
+    """
+
+    def __init__(self, spec: dict, key: bytes, clock=time.monotonic) -> None:
+        self.rank = int(spec["node_rank"])
+        self.run_id = str(spec["run_id"])
+        self.nodes = [(str(host), str(address)) for host, address in spec["nodes"]]
+        self.port = int(spec.get("gang_port") or spec["master_port"])
+        self.key = key
+        self.clock = clock
+        self.heartbeat_s = float(spec.get("heartbeat_s", 1.0))
+        self.lost_after_s = self.heartbeat_s * int(spec.get("heartbeat_misses", 5))
+        self.join_timeout_s = float(spec.get("join_timeout_s", 120))
+        self.started = clock()
+        self.heard: dict[int, float] = {}
+        self.news: dict[int, dict] = {}
+        self.sock = socket.socket(socket.AF_INET6 if ":" in self.nodes[self.rank][1] else socket.AF_INET,
+                                  socket.SOCK_DGRAM)
+        own = self.nodes[self.rank][1]
+        try:
+            self.sock.bind((own, self.port))
+        except OSError:
+            # The controller's address for this node is not one of its own (NAT, a jump host): listen on all.
+            self.sock.bind(("::" if ":" in own else "0.0.0.0", self.port))
+
+    def peers(self) -> list[int]:
+        return [rank for rank in range(len(self.nodes)) if rank != self.rank]
+
+    def host(self, rank: int) -> str:
+        return self.nodes[rank][0]
+
+    def send(self, message: dict) -> None:
+        message = dict(message, run=self.run_id, rank=self.rank)
+        datagram = sign(self.key, message)
+        for rank in self.peers():
+            try:
+                self.sock.sendto(datagram, (self.nodes[rank][1], self.port))
+            except OSError:
+                pass  # unreachable just now: its silence is what the others will notice
+
+    def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
+        """Take in every heartbeat that arrives within timeout_s; call on_extra(extra[fd]) for ready extra fds."""
+        deadline = self.clock() + timeout_s
+        extra = dict(extra or {})
+        while True:
+            left = deadline - self.clock()
+            ready, _w, _x = select.select([self.sock] + list(extra), [], [], max(0.0, left))
+            if not ready:
+                return
+            for fd in [fd for fd in ready if fd in extra]:
+                on_extra(extra.pop(fd))
+            if self.sock not in ready:
+                continue
+            try:
+                datagram, _addr = self.sock.recvfrom(65536)
+            except OSError:
+                return
+            message = verify(self.key, datagram)
+            rank = message.get("rank") if message else None
+            if message and message.get("run") == self.run_id and isinstance(rank, int) and rank in self.peers():
+                self.heard[rank] = self.clock()
+                self.news[rank] = message
+
+    def lost(self) -> list[int]:
+        """The peers that have stopped answering (or never answered within the join timeout)."""
+        now = self.clock()
+        found = []
+        for rank in self.peers():
+            if self.news.get(rank, {}).get("final"):
+                continue  # it has ended for good and said so
+            heard = self.heard.get(rank)
+            if heard is None:
+                if now - self.started > self.join_timeout_s:
+                    found.append(rank)
+            elif now - heard > self.lost_after_s:
+                found.append(rank)
+        return found
+
+    def silence_s(self, rank: int) -> float | None:
+        """How long peer rank's log has been silent, as of now, from its last heartbeat; None if unknown."""
+        news, heard = self.news.get(rank), self.heard.get(rank)
+        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)):
+            return None
+        return float(news["silent_s"]) + (self.clock() - heard)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def peer_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
+    """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
+    for rank in gang.peers():
+        news = gang.news.get(rank) or {}
+        if news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURES and not news.get("for_peer"):
+            return rank, news
+        if news.get("final") and news.get("attempt", 0) < attempt:
+            return rank, dict(news, outcome="ended", reason="it has ended and will not take part in attempt %d" % attempt)
+    return None
+
+
+def describe(host: str, rank: int, news: dict) -> str:
+    """One clause saying what ended a node's part, for stop reasons and the report."""
+    what = news.get("outcome")
+    if what == "failed":
+        code = news.get("signal") or "exit code %s" % news.get("exit_code")
+        return "%s (node_rank %d) failed with %s" % (host, rank, code)
+    if what == "hung":
+        return "%s (node_rank %d) found the job hung" % (host, rank)
+    if what == "ended":
+        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
+    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")
+
+
 class Supervisor:
     """Runs one job's launch script on this node and records what became of it."""
 
@@ -170,8 +325,22 @@ class Supervisor:
         self.spec = spec
         self.run_id = str(spec["run_id"])
         self.token = run_token(spec)
-        self.grace_s = float(spec.get("grace_s", 10))
+        self.grace_s = float(spec.get("grace_s", 5))
+        self.hang_timeout_s = float(spec.get("hang_timeout_s") or 0)
+        self.ports = [int(spec["master_port"])] + [int(p) for p in spec.get("restart_ports") or []]
+        self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
+        self.gang: Gang | None = None
+        self.attempt = 1
+        self.outcome: dict = {}
+        self.last_output = time.monotonic()
+        self.log_size = -1
+        self.next_beat = 0.0
+        # The run's processes, each with a pidfd (Linux 5.3+) that becomes readable the moment it exits.
+        self.watched: dict[int, int | None] = {}
+        self.first_exit_at: float | None = None
+        self.next_scan = 0.0
+        self.attempt_started = time.monotonic()
         self.state: dict = {
             "job": spec.get("job"),
             "run_id": self.run_id,
@@ -180,11 +349,18 @@ class Supervisor:
             "supervisor_pid": os.getpid(),
             "supervisor_start_ticks": proc_start_ticks(os.getpid()),
             "started_at": time.time(),
+            "attempt": 1,
+            "max_restarts": self.max_restarts,
+            "attempts": [],
         }
 
     def _save(self, **changes: object) -> None:
         self.state.update(changes)
         write_json_atomic(os.path.join(self.job_dir, STATE_FILE), self.state)
+
+    def _log(self, line: str) -> None:
+        with open(os.path.join(self.job_dir, LOG_FILE), "ab") as log:
+            log.write(("[gpufleet] %s\n" % line).encode())
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop_reason is None:
@@ -195,15 +371,112 @@ class Supervisor:
                 pass
             self.stop_reason = self.stop_reason or "stopped by %s" % signal_name(signum)
 
-    def run(self) -> int:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, self._on_signal)
-        self._save()
+    # -- the gang ---------------------------------------------------------------------------------------------
+
+    def _join_gang(self) -> None:
+        if not self.spec.get("nodes") or len(self.spec["nodes"]) < 2:
+            return
+        with open(os.path.join(self.job_dir, GANG_KEY_FILE), "rb") as handle:
+            key = handle.read().strip()
+        self.gang = Gang(self.spec, key)
+
+    def _beat(self, phase: str, final: bool = False, force: bool = False) -> None:
+        """Send this node's heartbeat when one is due (or now, with force)."""
+        if self.gang is None or (not force and time.monotonic() < self.next_beat):
+            return
+        self.next_beat = time.monotonic() + self.gang.heartbeat_s
+        outcome = self.outcome if phase == "ended" else {}
+        self.gang.send({
+            "attempt": self.attempt, "phase": phase, "final": final,
+            "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
+            "signal": outcome.get("signal"), "reason": outcome.get("reason"),
+            "for_peer": outcome.get("for_peer"), "silent_s": round(time.monotonic() - self.last_output, 1),
+        })
+
+    def _watch(self) -> None:
+        """Start watching the run's new processes (often at first, then every few seconds)."""
+        now = time.monotonic()
+        if now < self.next_scan:
+            return
+        self.next_scan = now + (0.5 if now - self.attempt_started < 30 else 5.0)
+        for pid in run_processes(self.token):
+            if pid in self.watched:
+                continue
+            try:
+                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+            except OSError:
+                self.watched[pid] = None
+        for pid, fd in list(self.watched.items()):
+            if fd is None and proc_start_ticks(pid) is None:
+                self._exited(pid)  # no pidfd: noticed by polling, to the nearest scan
+
+    def _exited(self, pid: int) -> None:
+        """A process of the run has ended: the first such moment is when this node's part began to fail."""
+        if self.first_exit_at is None:
+            self.first_exit_at = time.time()
+        fd = self.watched.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _unwatch(self) -> None:
+        for pid in list(self.watched):
+            fd = self.watched.pop(pid)
+            if fd is not None:
+                os.close(fd)
+
+    def _tick(self, phase: str, timeout_s: float = 0.2) -> None:
+        """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
+        self._beat(phase)
+        fds = {fd: pid for pid, fd in self.watched.items() if fd is not None}
+        if self.gang is not None:
+            self.gang.receive(timeout_s, extra=fds, on_extra=self._exited)
+        else:
+            ready, _w, _x = select.select(list(fds), [], [], timeout_s)
+            for fd in ready:
+                self._exited(fds[fd])
+        try:
+            size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
+        except OSError:
+            size = -1
+        if size != self.log_size:
+            self.log_size, self.last_output = size, time.monotonic()
+
+    def _gang_stop_reason(self) -> tuple[str, str, str | None] | None:
+        """(outcome, reason, peer host) when this node's part must stop because of the gang, else None."""
+        if self.gang is None and not self.hang_timeout_s:
+            return None
+        if self.gang is not None:
+            failure = peer_failure(self.gang, self.attempt)
+            if failure is not None:
+                rank, news = failure
+                host = self.gang.host(rank)
+                if news.get("outcome") == "hung":  # a hang is the whole job's, not one node's
+                    return "hung", str(news.get("reason")), None
+                return "stopped", "stopped by gpufleet: %s" % describe(host, rank, news), host
+            lost = self.gang.lost()
+            if lost:
+                host = self.gang.host(lost[0])
+                return ("stopped", "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s"
+                        % (host, lost[0], self.gang.lost_after_s), host)
+        if self.hang_timeout_s:
+            silences = [time.monotonic() - self.last_output]
+            if self.gang is not None:
+                silences += [self.gang.silence_s(rank) for rank in self.gang.peers()]
+            if all(s is not None and s >= self.hang_timeout_s for s in silences):
+                return ("hung", "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
+                        % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
+        return None
+
+    # -- one attempt --------------------------------------------------------------------------------------------
+
+    def _start(self, port: int) -> subprocess.Popen:
         env = dict(os.environ)
         env[RUN_ID_VAR] = self.run_id
         env[TOKEN_VAR] = self.token
+        env["GPUFLEET_MASTER_PORT"] = str(port)
+        env["GPUFLEET_ATTEMPT"] = str(self.attempt)
         with open(os.path.join(self.job_dir, LOG_FILE), "ab", buffering=0) as log:
-            child = subprocess.Popen(  # pylint: disable=consider-using-with
+            return subprocess.Popen(  # pylint: disable=consider-using-with
                 ["/bin/bash", os.path.join(self.job_dir, LAUNCH_FILE)],
                 cwd=self.job_dir,
                 stdin=subprocess.DEVNULL,
@@ -214,40 +487,134 @@ class Supervisor:
                 preexec_fn=_set_parent_death_signal,  # pylint: disable=subprocess-popen-preexec-fn
                 close_fds=True,
             )
-            self._save(state="running", pid=child.pid, pgid=child.pid)
-            returncode = self._wait(child)
+
+    def _run_attempt(self, port: int) -> dict:
+        """Run the launch script once; return this node's outcome of the attempt."""
+        self.last_output = self.attempt_started = time.monotonic()
+        self.first_exit_at, self.next_scan = None, 0.0
+        child = self._start(port)
+        self._save(state="running", pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
+        stopping: tuple[str, str, str | None] | None = None
+        stopping_since = 0.0
+        killed = False
+        while child.poll() is None:
+            self._watch()
+            self._tick("running")
+            if stopping is None:
+                if self.stop_reason is not None:
+                    stopping = ("stopped", self.stop_reason, None)
+                else:
+                    stopping = self._gang_stop_reason()
+                if stopping is not None:
+                    stopping_since = time.monotonic()
+                    self._save(state="stopping", stop_reason=stopping[1], stop_requested_at=time.time())
+                    self._log(stopping[1])
+                    signal_run(self.token, signal.SIGTERM)
+            elif not killed and time.monotonic() - stopping_since > self.grace_s:
+                signal_run(self.token, signal.SIGKILL)
+                killed = True
+        returncode = child.returncode
+        if self.first_exit_at is None or child.pid in self.watched:
+            self._exited(child.pid)
+        self._unwatch()
         # The launcher is gone; whatever of the run outlived it is ended now.
         end_run(self.token, min(self.grace_s, 5.0))
-        return self._finish(returncode)
+        outcome = {
+            "attempt": self.attempt,
+            "master_port": port,
+            "exit_code": returncode if returncode >= 0 else 128 - returncode,
+            "signal": signal_name(-returncode) if returncode < 0 else None,
+            "ended_at": time.time(),
+            "first_exit_at": self.first_exit_at,
+            "outcome": "succeeded" if returncode == 0 else "failed",
+        }
+        if stopping is not None:
+            outcome.update(outcome=stopping[0], reason=stopping[1], for_peer=stopping[2])
+        return outcome
 
-    def _wait(self, child: subprocess.Popen) -> int:
-        stopping_since: float | None = None
+    def _await_peers(self) -> str:
+        """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang.
+
+        'succeeded' (every part succeeded), 'failed' (a part failed: a restart may help), 'stopped' (stopped
+        by a user, or hung: no restart) or 'lost' (a node stopped answering: no restart either).
+        """
+        parts = [self.outcome]
+        if self.gang is not None:
+            self._save(phase="this node's part has ended; waiting for the other nodes")
+            self._beat("ended", force=True)
+            while self.stop_reason is None:
+                pending = [rank for rank in self.gang.peers() if not self._peer_done(rank)]
+                if not pending:
+                    break
+                if [rank for rank in pending if rank in self.gang.lost()]:
+                    return "lost"
+                self._tick("ended")
+            for rank in self.gang.peers():
+                news = self.gang.news.get(rank) or {}
+                parts.append(news if news.get("attempt") == self.attempt else {"outcome": "failed"})
+        if all(part.get("outcome") == "succeeded" for part in parts):
+            return "succeeded"
+        if self.stop_reason is not None or any(
+            part.get("outcome") == "hung" or (part.get("outcome") == "stopped" and not part.get("for_peer"))
+            for part in parts
+        ):
+            return "stopped"
+        return "failed"
+
+    def _peer_done(self, rank: int) -> bool:
+        """Whether peer rank's part of this attempt has ended (or it has moved on, or ended for good)."""
+        news = (self.gang.news.get(rank) if self.gang else None) or {}
+        if news.get("final") or news.get("attempt", 0) > self.attempt:
+            return True
+        return news.get("attempt") == self.attempt and news.get("phase") == "ended"
+
+    # -- the whole run ------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)
+        try:
+            self._join_gang()
+        except OSError as exc:
+            self.outcome = {"outcome": "failed", "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
+            self._save(state="failed", exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
+            return self._write_exit_code(1)
+        self._save()
         while True:
-            try:
-                return child.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
-            if self.stop_reason is None:
-                continue
-            if stopping_since is None:
-                stopping_since = time.monotonic()
-                self._save(state="stopping", stop_reason=self.stop_reason, stop_requested_at=time.time())
-                signal_run(self.token, signal.SIGTERM)
-            elif time.monotonic() - stopping_since > self.grace_s:
-                signal_run(self.token, signal.SIGKILL)
+            port = self.ports[self.attempt - 1]
+            if self.attempt > 1:
+                self._log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
+            self.outcome = self._run_attempt(port)
+            self.state["attempts"].append(self.outcome)
+            gang = self._await_peers()
+            retry = gang == "failed" and self.attempt <= self.max_restarts and self.stop_reason is None
+            if not retry:
+                break
+            self.attempt += 1
+            self._save(state="restarting", attempt=self.attempt)
+        return self._finish(gang)
 
-    def _finish(self, returncode: int) -> int:
-        exit_code = returncode if returncode >= 0 else 128 - returncode
-        final = "succeeded" if returncode == 0 else "failed"
-        if self.stop_reason is not None:
-            final = "stopped"
+    def _finish(self, gang: str) -> int:
+        self.state.pop("phase", None)
         self._save(
-            state=final,
-            exit_code=exit_code,
-            signal=signal_name(-returncode) if returncode < 0 else None,
-            ended_at=time.time(),
-            stop_reason=self.stop_reason,
+            state=self.outcome["outcome"],
+            exit_code=self.outcome["exit_code"],
+            signal=self.outcome.get("signal"),
+            ended_at=self.outcome["ended_at"],
+            first_exit_at=self.outcome.get("first_exit_at"),
+            stop_reason=self.outcome.get("reason") or self.stop_reason,
+            stopped_for=self.outcome.get("for_peer"),
+            gang=gang,
         )
+        if self.gang is not None:
+            # Say it a few times, so a peer still waiting for this node's end hears it.
+            for _beat in range(3):
+                self._beat("ended", final=True, force=True)
+                self.gang.receive(self.gang.heartbeat_s / 2)
+            self.gang.close()
+        return self._write_exit_code(self.outcome["exit_code"])
+
+    def _write_exit_code(self, exit_code: int) -> int:
         with open(os.path.join(self.job_dir, EXIT_CODE_FILE), "w") as handle:
             handle.write("%d\n" % exit_code)
         return 0

@@ -69,6 +69,13 @@ options:
     description: The inventory group that lists the nodes in rank order.
     type: str
     default: gpu_nodes
+  hang_timeout:
+    description: Seconds without output on every node before the job counts as hung (a whole number >= 1); unset is off.
+    type: raw
+  max_restarts:
+    description: Launches of the whole gang again after a failure (a whole number from 0 to 100).
+    type: raw
+    default: 0
 seealso:
   - module: gpufleet.cluster.launch
 """
@@ -105,4 +112,14 @@ plan:
       description: The script's arguments, one item per argument.
       type: list
       elements: str
+    gang_nodes:
+      description: The C([host, ip]) pairs in rank order that the nodes' supervisors watch each other by.
+      type: list
+      elements: list
+    hang_timeout:
+      description: The hang watchdog's timeout in seconds, or null when off.
+      type: int
+    max_restarts:
+      description: How many times the whole gang may be launched again after a failure.
+      type: int
 """

@@ -112,9 +112,56 @@ options:
     description: Token that identifies this launch; generated when not given.
     type: str
   grace_s:
-    description: Seconds between SIGTERM and SIGKILL when the job is stopped.
+    description: Seconds between SIGTERM and SIGKILL when the job is stopped (by a user, the gang or the watchdog).
     type: float
-    default: 10
+    default: 5
+  nodes:
+    description:
+      - The job's nodes in rank order, each a list of two items, inventory name and address. When given, this
+        node's supervisor joins the gang - it sends a heartbeat to every other node's supervisor (UDP, on port
+        O(gang_port) of each address) and stops this node's part as soon as another node's part fails or another
+        node misses O(heartbeat_misses) heartbeats, whether or not a controller is still connected.
+      - Leave it out for a job whose nodes are not to watch each other.
+    type: list
+    elements: list
+  gang_key:
+    description:
+      - Key (the same on every node of the job) that authenticates the heartbeats with HMAC-SHA256. Required with
+        O(nodes). Written to an owner-only file; never in an argument list or this module's output.
+    type: str
+  gang_port:
+    description: UDP port of the heartbeats on every node; 0 means the same number as O(master_port).
+    type: int
+    default: 0
+  heartbeat_s:
+    description: Seconds between two heartbeats.
+    type: float
+    default: 1
+  heartbeat_misses:
+    description: Heartbeats in a row a node may miss before the others count it lost and stop.
+    type: int
+    default: 5
+  join_timeout_s:
+    description: Seconds to wait for another node's first heartbeat before counting it lost.
+    type: float
+    default: 120
+  hang_timeout_s:
+    description:
+      - Progress watchdog. When no node's log has grown for this many seconds, the job counts as hung and is
+        stopped on every node, with the state C(hung). 0 turns the watchdog off.
+    type: int
+    default: 0
+  max_restarts:
+    description:
+      - After a failure, launch the whole gang again, up to this many times, on the next port of
+        O(restart_ports) each time. Not after a stop, a hang or a lost node.
+    type: int
+    default: 0
+  restart_ports:
+    description: Master ports of the relaunches, in order; as many as O(max_restarts).
+    type: list
+    elements: int
+    default: []
   start_timeout_s:
     description: Seconds to wait for the supervisor to report the job running.
     type: float
@@ -229,6 +276,14 @@ def build_spec(params: dict) -> JobSpec:
         grace_s=params["grace_s"],
         env_files=tuple(params["env_files"]),
         secret_env_sha256=secret_env_sha256(_as_strings(params["secret_env"])),
+        nodes=tuple((str(node[0]), str(node[1])) for node in params["nodes"] or []),
+        gang_port=params["gang_port"],
+        heartbeat_s=params["heartbeat_s"],
+        heartbeat_misses=params["heartbeat_misses"],
+        join_timeout_s=params["join_timeout_s"],
+        hang_timeout_s=params["hang_timeout_s"],
+        max_restarts=params["max_restarts"],
+        restart_ports=tuple(params["restart_ports"]),
     )
 
 
@@ -247,6 +302,17 @@ def validate(module: AnsibleModule, params: dict) -> None:
         module.fail_json(msg="script: must be relative to workdir when script_content is given, got %s" % params["script"])
     if not 1 <= params["master_port"] <= 65535:
         module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
+    nodes = params["nodes"] or []
+    if nodes:
+        if len(nodes) != params["nnodes"] or any(len(node) != 2 for node in nodes):
+            module.fail_json(msg="nodes: must list all %d nodes as [name, address] pairs" % params["nnodes"])
+        if not params["gang_key"]:
+            module.fail_json(msg="gang_key: is required with nodes (the same key on every node of the job)")
+    if params["max_restarts"] < 0 or len(params["restart_ports"]) < params["max_restarts"]:
+        module.fail_json(msg="max_restarts: %d needs as many restart_ports, got %d"
+                         % (params["max_restarts"], len(params["restart_ports"])))
+    if params["hang_timeout_s"] < 0:
+        module.fail_json(msg="hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % params["hang_timeout_s"])
     for option in ("env", "secret_env"):
         bad = [key for key in params[option] if not ENV_NAME_RE.match(str(key))]
         if bad:
@@ -273,7 +339,16 @@ def main() -> None:
             "env_files": {"type": "list", "elements": "path", "default": []},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "run_id": {"type": "str"},
-            "grace_s": {"type": "float", "default": 10},
+            "grace_s": {"type": "float", "default": 5},
+            "nodes": {"type": "list", "elements": "list"},
+            "gang_key": {"type": "str", "no_log": True},
+            "gang_port": {"type": "int", "default": 0},
+            "heartbeat_s": {"type": "float", "default": 1},
+            "heartbeat_misses": {"type": "int", "default": 5},
+            "join_timeout_s": {"type": "float", "default": 120},
+            "hang_timeout_s": {"type": "int", "default": 0},
+            "max_restarts": {"type": "int", "default": 0},
+            "restart_ports": {"type": "list", "elements": "int", "default": []},
             "start_timeout_s": {"type": "float", "default": 15},
         },
         supports_check_mode=True,
@@ -292,6 +367,7 @@ def main() -> None:
             start_timeout_s=params["start_timeout_s"],
             script_content=params["script_content"],
             secret_env=_as_strings(params["secret_env"]),
+            gang_key=params["gang_key"],
         )
     except (jobs.JobError, OSError) as exc:
         module.fail_json(msg=str(exc))

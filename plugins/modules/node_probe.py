@@ -40,6 +40,10 @@ options:
   check_port:
     description: Report in RV(port_in_use) whether this TCP port is taken.
     type: int
+  extra_ports:
+    description: Pick this many more free TCP ports, different from each other and from RV(free_port) (the relaunch ports of O(job)).
+    type: int
+    default: 0
 seealso:
   - module: gpufleet.cluster.launch
 """
@@ -78,6 +82,12 @@ free_port:
   returned: when O(pick_port=true)
   type: int
   sample: 29731
+free_ports:
+  description: The O(extra_ports) more free ports.
+  returned: when O(extra_ports) is more than 0
+  type: list
+  elements: int
+  sample: [29617, 29544]
 port_in_use:
   description: Whether O(check_port) is taken.
   returned: when O(check_port) is given
@@ -98,6 +108,7 @@ def main() -> None:
             "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
             "pick_port": {"type": "bool", "default": False},
             "check_port": {"type": "int"},
+            "extra_ports": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -114,6 +125,12 @@ def main() -> None:
     if params["pick_port"]:
         try:
             result["free_port"] = node.pick_free_port()
+        except RuntimeError as exc:
+            module.fail_json(msg=str(exc), **result)
+    if params["extra_ports"] > 0:
+        taken = {result.get("free_port"), params["check_port"]}
+        try:
+            result["free_ports"] = node.pick_free_ports(params["extra_ports"], exclude=taken)
         except RuntimeError as exc:
             module.fail_json(msg=str(exc), **result)
     if params["check_port"] is not None:

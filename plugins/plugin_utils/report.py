@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-FAILED_STATES = ("failed", "lost", "unreachable")
-COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("duration", "duration"),
-           ("log", "log"))
+FAILED_STATES = ("failed", "lost", "unreachable", "hung")
+COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
+           ("duration", "duration"), ("log", "log"))
 JOB_COLUMN = ("job", "job")
 
 
@@ -38,8 +38,11 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for result in results:
         state = str(result.get("state", "?"))
-        if state == "stopped" and result.get("stopped_for"):
+        if state == "stopped" and result.get("interrupted"):
+            state = "stopped (Ctrl-C)"
+        elif state == "stopped" and result.get("stopped_for"):
             state = "stopped (gang)"
+        attempts = result.get("attempts")
         rows.append(
             {
                 "host": str(result.get("host", "?")),
@@ -47,6 +50,7 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
                 "node_rank": str(result.get("node_rank", "-")),
                 "state": state,
                 "exit": _exit(result),
+                "attempts": str(len(attempts)) if isinstance(attempts, list) and attempts else "-",
                 "duration": _duration(result.get("duration_s")),
                 "log": str(result.get("log") or result.get("log_path") or "-"),
             }
@@ -70,18 +74,29 @@ def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -
 
 
 def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The node whose failure came first (earliest end); stopped nodes are never the cause."""
+    """The node whose failure came first; stopped nodes are never the cause.
+
+    A node's time is when the first process of its part exited (its supervisor watches them with pidfds), else
+    when its launcher ended: when one rank dies, ranks on other nodes often fail a moment later in a collective,
+    and their launchers may well end first.
+    """
     failed = [r for r in results if r.get("state") in FAILED_STATES]
     if not failed:
         return None
-    return min(failed, key=lambda r: (r.get("ended_at") or float("inf"), r.get("node_rank", 0)))
+    return min(failed, key=lambda r: (r.get("first_exit_at") or r.get("ended_at") or float("inf"), r.get("node_rank", 0)))
 
 
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
     """What went wrong, naming the host, its node_rank and the exit code, with the end of its log."""
+    if any(r.get("interrupted") for r in results):
+        return ("job %s was interrupted on the controller (Ctrl-C) and stopped on every node (%s); "
+                "the logs were fetched." % (job, ", ".join("%s %s" % (r.get("host"), r.get("state")) for r in results)))
     cause = first_failure(results)
     if cause is None:
         return None
+    if all(r.get("state") == "hung" for r in results if r.get("state") in FAILED_STATES):
+        return "job %s hung and was stopped on every node: %s." % (
+            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds")
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")
@@ -93,6 +108,8 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     elif isinstance(root, Mapping):
         what = ("was killed by %s" % root["signal"]) if root.get("signal") else ("exited with code %s" % root.get("exit_code"))
         parts.append("global rank %s (local rank %s) %s" % (root.get("rank"), root.get("local_rank"), what))
+        if root.get("error"):
+            parts.append(": %s" % root["error"])
     elif cause.get("signal"):
         parts.append("the launcher was killed by %s" % cause["signal"])
     else:

@@ -47,14 +47,15 @@ class Cluster:
     def host(self, node: str):
         return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))
 
-    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = False) -> PlaybookRun:
+    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = True) -> PlaybookRun:
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
                *args]
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
         if fresh_connections:
             # New SSH connections: a persistent master from an earlier run would still reach a node whose sshd
-            # was stopped, through its already open session.
+            # was stopped, through its already open session, and one to a node that a test cut off or
+            # restarted may hang.
             env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = tempfile.mkdtemp(dir=self.state, prefix="cp-")
         started = time.monotonic()
         done = subprocess.run(cmd, cwd=self.state, env=env, capture_output=True, text=True, timeout=timeout,
@@ -62,6 +63,19 @@ class Cluster:
         out = done.stdout + done.stderr
         print("$ %s\n%s" % (" ".join(cmd), out[-6000:]))
         return PlaybookRun(done.returncode, out, time.monotonic() - started)
+
+    def start_playbook(self, name: str, *args: str, log_name: str = "playbook.log") -> "Background":
+        """ansible-playbook in the background, in its own session (as a terminal's foreground job is)."""
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
+               *args]
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))
+        path = os.path.join(self.state, log_name)
+        handle = open(path, "w")  # pylint: disable=consider-using-with
+        proc = subprocess.Popen(cmd, cwd=self.state, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        return Background(proc, path, handle)
 
     def node_exec(self, node: str, *command: str, check: bool = False) -> subprocess.CompletedProcess:
         """A command in the node through podman (not SSH): for breaking and inspecting nodes."""
@@ -72,6 +86,25 @@ class Cluster:
 
     def start_sshd(self, node: str) -> None:
         testbed.start_sshd(self.nodes.index(node))
+
+
+class Background:
+    """A playbook running in the background."""
+
+    def __init__(self, proc: subprocess.Popen, path: str, handle) -> None:
+        self.proc, self.path, self.handle = proc, path, handle
+
+    def output(self) -> str:
+        with open(self.path) as handle:
+            return handle.read()
+
+    def finish(self, timeout: float = 300) -> PlaybookRun:
+        started = time.monotonic()
+        rc = self.proc.wait(timeout=timeout)
+        self.handle.close()
+        out = self.output()
+        print("$ (background) ansible-playbook\n%s" % out[-6000:])
+        return PlaybookRun(rc, out, time.monotonic() - started)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,33 +51,86 @@ def test_a_rank_exiting_3_fails_the_play_fast_and_leaves_nothing(local):
     assert state0["state"] == "stopped" and "node1 (node_rank 1) failed" in state0["stop_reason"]
 
 
+LOCAL_VARS = "  vars:\n    ansible_connection: local\n"
+TRAIN = ["-e", "script=examples/train.py"]
+
+
+def _fake_one_gpu(local, env):
+    """nvidia-smi on PATH that lists one GPU, as on a node with one."""
+    fake = local.root / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env["PATH"] = "%s:%s:%s" % (fake, os.path.dirname(sys.executable), os.environ["PATH"])
+
+
+def _listen(local, env):
+    """Something else already listening on the master's port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    local.keep = sock
+    env["__port"] = str(sock.getsockname()[1])
+
+
+# (name, playbook, arguments, inventory or None, setup or None, what the message must say)
 BAD_INPUTS = [
-    ("missing script", ["-e", "script=does/not/exist.py"], None, "script: ", "does not exist on the controller"),
-    ("job with a slash", ["-e", "script=examples/train.py", "-e", "job=a/b"], None, "job: 'a/b' is not a valid"),
-    ("job with a space", ["-e", "script=examples/train.py", "-e", "job='a b'"], None, "job: 'a b' is not a valid"),
-    ("nproc_per_node 0", ["-e", "script=examples/train.py", "-e", "nproc_per_node=0"], None,
+    ("missing script", "train.yml", ["-e", "script=does/not/exist.py"], None, None,
+     "script: %(repo)s/does/not/exist.py does not exist on the controller"),
+    ("job with a slash", "train.yml", TRAIN + ["-e", "job=a/b"], None, None, "job: 'a/b' is not a valid job name"),
+    ("job with a space", "train.yml", TRAIN + ["-e", "job='a b'"], None, None, "job: 'a b' is not a valid job name"),
+    ("nproc_per_node 0", "train.yml", TRAIN + ["-e", "nproc_per_node=0"], None, None,
      "nproc_per_node: must be >= 1, got 0"),
-    ("empty gpu_nodes", ["-e", "script=examples/train.py"], "gpu_nodes:\n  hosts: {}\n",
-     "group 'gpu_nodes' is empty or missing"),
-    ("unresolvable master address", ["-e", "script=examples/train.py"],
+    ("empty gpu_nodes", "train.yml", TRAIN, "gpu_nodes:\n  hosts: {}\n", None,
+     "inventory: group 'gpu_nodes' is empty or missing"),
+    ("unknown host group", "train.yml", TRAIN + ["-e", "group=trainers"], None, None,
+     "inventory: group 'trainers' is empty or missing"),
+    ("two nodes with the same address", "train.yml", TRAIN,
+     "gpu_nodes:\n  hosts:\n    node0:\n      ansible_host: 127.0.0.1\n    node1:\n      ansible_host: 127.0.0.1\n"
+     + LOCAL_VARS, None, "node1: cluster address 127.0.0.1 (from ansible_host='127.0.0.1') is also the address of node0"),
+    ("unresolvable master address", "train.yml", TRAIN,
      "gpu_nodes:\n  hosts:\n    node0:\n      gpufleet_cluster_address: no-such-host.invalid\n"
-     "    node1:\n      gpufleet_cluster_address: 127.0.0.2\n  vars:\n    ansible_connection: local\n",
-     "node0: gpufleet_cluster_address='no-such-host.invalid' does not resolve"),
+     "    node1:\n      gpufleet_cluster_address: 127.0.0.2\n" + LOCAL_VARS, None,
+     "node0: gpufleet_cluster_address='no-such-host.invalid' does not resolve to an IP address"),
+    ("nproc_per_node above the GPU count", "train.yml", TRAIN + ["-e", "nproc_per_node=2"], None, _fake_one_gpu,
+     "node0: nproc_per_node=2 is more than the 1 GPUs nvidia-smi lists on the node"),
+    ("master port in use", "train.yml", TRAIN + ["-e", "master_port=%(port)s"], None, _listen,
+     "node0: master_port=%(port)s is already in use on the master node"),
+    ("env name not an identifier", "train.yml", TRAIN + ["-e", '{"gpufleet_env": {"1BAD": "x"}}'], None, None,
+     "gpufleet_env: '1BAD' is not a valid environment variable name"),
+    ("secret env name not an identifier", "train.yml", TRAIN + ["-e", '{"gpufleet_secret_env": {"A-B": "x"}}'], None,
+     None, "gpufleet_secret_env: 'A-B' is not a valid environment variable name"),
+    ("max_restarts not a number", "train.yml", TRAIN + ["-e", "max_restarts=twice"], None, None,
+     "max_restarts: must be a whole number, got 'twice'"),
+    ("hang_timeout 0", "train.yml", TRAIN + ["-e", "hang_timeout=0"], None, None,
+     "hang_timeout: must be between 1 and 604800, got 0 (seconds without output on every node; leave it unset"),
+    ("script_args not a string", "train.yml", TRAIN + ["-e", '{"script_args": ["--epochs", 5]}'], None, None,
+     "script_args: must be a string such as"),
+    ("python missing on the nodes", "train.yml", TRAIN + ["-e", "gpufleet_python=/no/such/python"], None, None,
+     "node0: gpufleet_python=/no/such/python was not found or does not run on the node"),
+    ("wheelhouse missing on the nodes", "../tests/integration/playbooks/python_env_alone.yml",
+     ["-e", "python_env_wheelhouse=/no/such/wheelhouse", "-e", "python_env_path=%(root)s/venv"], None, None,
+     "node0: python_env_wheelhouse=/no/such/wheelhouse is not a folder on the node"),
 ]
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=[case[0] for case in BAD_INPUTS])
 def test_bad_input_fails_before_any_node_is_touched(local, case):
-    _name, args, inventory, *needles = case
+    _name, playbook, args, inventory, setup, needle = case
+    env = {}
+    if setup:
+        setup(local, env)
+    values = {"repo": REPO, "port": env.pop("__port", ""), "root": str(local.root)}
     inventory_path = None
     if inventory is not None:
         inventory_path = local.root / "hosts.yml"
         inventory_path.write_text(inventory)
-    run = local.playbook("train.yml", *args, inventory=inventory_path)
+    run = local.playbook(playbook, *[arg % values if "%(" in arg else arg for arg in args], inventory=inventory_path,
+                         extra_env=env)
     assert run.rc != 0
-    for needle in needles:
-        assert needle in run.out
+    assert needle % values in " ".join(run.out.split()), needle % values
     assert not local.nodes.exists() or not any(local.nodes.rglob("*")), "a node was touched"
+    assert not os.path.exists(local.root / "venv"), "a node was touched"
 
 
 def test_check_mode_shows_the_launch_and_changes_nothing(local):

@@ -241,3 +241,15 @@ def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(
     with pytest.raises(jobs.JobError, match=r"script_sha256 differ"):
         jobs.launch(path, changed, "r2", SOURCE, check_mode=False, script_content="echo other\n")
     assert "sleep 300" in (code / "sub" / "run.sh").read_text()  # the running job's code was not touched
+
+
+def test_root_cause_names_the_error_the_worker_recorded(tmp_path):
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_error_file.log")
+    lines = open(fixture).read().splitlines()
+    cause = jobs.torchrun_root_cause(lines)
+    assert cause == {"rank": 1, "local_rank": 1, "exit_code": 1, "error": "ValueError: loss is NaN at step 7",
+                     "error_file": "/home/ml/.gpufleet/jobs/rec/torchelastic/none_x1/attempt_0/1/error.json"}
+    recorded = tmp_path / "error.json"
+    recorded.write_text('{"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {}}}')
+    assert jobs.error_file_message(str(recorded)) == "RuntimeError: CUDA out of memory"
+    assert jobs.error_file_message(str(tmp_path / "missing.json")) is None

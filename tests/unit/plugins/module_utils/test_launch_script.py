@@ -37,13 +37,13 @@ def spec(fake_python, workdir, **over):
     return JobSpec(**values)
 
 
-def run_rendered(job_spec, tmp_path):
+def run_rendered(job_spec, tmp_path, **env):
     env_path = tmp_path / "env"
     env_path.write_text(render_env_file(job_environment(job_spec)))
     script = tmp_path / "launch.sh"
     script.write_text(render_launch_script(job_spec, str(env_path)))
     out = tmp_path / "out.json"
-    subprocess.run(["bash", str(script)], check=True, env={"OUT": str(out), "PATH": os.environ["PATH"]})
+    subprocess.run(["bash", str(script)], check=True, env=dict(env, OUT=str(out), PATH=os.environ["PATH"]))
     return json.loads(out.read_text())
 
 
@@ -52,7 +52,7 @@ def test_arguments_and_env_survive_quoting(fake_python, tmp_path):
     workdir.mkdir()
     job_spec = spec(fake_python, workdir)
     seen = run_rendered(job_spec, tmp_path)
-    assert seen["argv"] == torchrun_command(job_spec)[1:]
+    assert seen["argv"] == torchrun_command(job_spec, str(tmp_path / "torchelastic"))[1:]
     assert seen["argv"][-len(NASTY):] == NASTY
     assert seen["env"]["QUOTED"] == "a 'b' \"c\" $d"
     assert seen["env"]["EMPTY"] == ""
@@ -88,3 +88,9 @@ def test_spec_round_trips_through_a_dict():
     data = job_spec.as_dict()
     assert data["script_args"] == ["a"] and data["env"] == {"K": "V"}
     assert json.loads(json.dumps(data)) == data
+
+
+def test_the_supervisor_sets_each_attempts_master_port(fake_python, tmp_path):
+    job_spec = spec(fake_python, tmp_path)
+    assert "--master-port=29501" in run_rendered(job_spec, tmp_path)["argv"]
+    assert "--master-port=29777" in run_rendered(job_spec, tmp_path, GPUFLEET_MASTER_PORT="29777")["argv"]

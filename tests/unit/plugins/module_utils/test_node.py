@@ -64,3 +64,11 @@ def test_python_info_of_this_interpreter():
 def test_python_info_of_a_missing_interpreter():
     assert node.python_info("/nonexistent/bin/python")["found"] is False
     assert node.python_info("no-such-python-here")["found"] is False
+
+
+def test_pick_free_ports_are_distinct_free_and_not_excluded():
+    taken = {29500, 29501}
+    ports = node.pick_free_ports(5, exclude=[29502, None], in_use=lambda p: p in taken, rng=random.Random(3))
+    assert len(set(ports)) == 5
+    assert not set(ports) & {29500, 29501, 29502}
+    assert node.pick_free_ports(0) == []

@@ -8,9 +8,9 @@ OK = {"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0, "du
 def test_table_has_one_aligned_line_per_node_in_order():
     rows = [OK, dict(OK, host="node1", node_rank=1, duration_s=3725)]
     lines = report.format_table(rows).splitlines()
-    assert lines[0].split() == ["node", "rank", "state", "exit", "duration", "log"]
-    assert lines[2].split() == ["node0", "0", "succeeded", "0", "1:15", "logs/j/node0.log"]
-    assert lines[3].split() == ["node1", "1", "succeeded", "0", "1:02:05", "logs/j/node0.log"]
+    assert lines[0].split() == ["node", "rank", "state", "exit", "attempts", "duration", "log"]
+    assert lines[2].split() == ["node0", "0", "succeeded", "0", "-", "1:15", "logs/j/node0.log"]
+    assert lines[3].split() == ["node1", "1", "succeeded", "0", "-", "1:02:05", "logs/j/node0.log"]
     assert lines[0].index("state") == lines[2].index("succeeded") == lines[3].index("succeeded")
 
 
@@ -52,3 +52,38 @@ def test_signal_and_unreachable_messages():
     assert "was killed by SIGKILL" in report.failure_message("j", [killed])
     gone = dict(OK, state="unreachable")
     assert "stopped answering" in report.failure_message("j", [gone])
+
+
+def test_attempts_column_counts_the_gang_relaunches():
+    rows = report.table_rows([dict(OK, attempts=[{"attempt": 1}, {"attempt": 2}])])
+    assert rows[0]["attempts"] == "2"
+
+
+def test_a_hung_job_is_reported_as_hung_not_as_one_nodes_failure():
+    reason = "hung: no node wrote to its log for 31 s (hang_timeout=30)"
+    results = [dict(OK, state="hung", stop_reason=reason, ended_at=3.0),
+               dict(OK, host="node1", node_rank=1, state="hung", stop_reason=reason, ended_at=2.0)]
+    message = report.failure_message("j", results)
+    assert message == "job j hung and was stopped on every node: %s." % reason
+
+
+def test_an_interrupted_job_fails_and_says_so():
+    results = [dict(OK, state="stopped", interrupted=True), dict(OK, host="node1", state="stopped", interrupted=True)]
+    assert report.table_rows(results)[0]["state"] == "stopped (Ctrl-C)"
+    message = report.failure_message("j", results)
+    assert message.startswith("job j was interrupted on the controller (Ctrl-C) and stopped on every node")
+
+
+def test_the_recorded_error_is_in_the_failure_message():
+    failed = dict(OK, host="n1", node_rank=1, state="failed", exit_code=1,
+                  root_cause={"rank": 3, "local_rank": 1, "exit_code": 1, "error": "ValueError: loss is NaN"})
+    message = report.failure_message("j", [failed])
+    assert message.startswith("job j failed on n1 (node_rank 1): global rank 3 (local rank 1) exited with code 1: "
+                              "ValueError: loss is NaN.")
+
+
+def test_the_first_failure_is_the_first_process_exit_not_the_first_launcher_end():
+    # node1's rank was killed first; node0's ranks failed a moment later in a collective but its launcher ended first.
+    results = [dict(OK, state="failed", exit_code=1, first_exit_at=10.02, ended_at=10.3),
+               dict(OK, host="node1", node_rank=1, state="failed", exit_code=1, first_exit_at=10.0, ended_at=10.9)]
+    assert report.first_failure(results)["host"] == "node1"

@@ -1,0 +1,62 @@
+"""A small torch.distributed (gloo) training loop for the supervision tests, with faults on request.
+
+Every rank prints one line per step and all-reduces a tensor, so a rank that
+stops or dies leaves the others waiting in a collective, as in real training.
+Rank 0 writes a checkpoint (checkpoint.json in the working directory) every
+few steps and a later run resumes from it.
+
+    faulty_train.py [--steps N] [--step-s S] [--fail-rank R --fail-step K [--exit-code C] [--fail-attempt A]]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--step-s", type=float, default=0.25)
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--fail-step", type=int, default=-1)
+    parser.add_argument("--exit-code", type=int, default=1)
+    parser.add_argument("--fail-attempt", type=int, default=0, help="fail only in this attempt (GPUFLEET_ATTEMPT)")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert world == int(os.environ["WORLD_SIZE"])
+    attempt = int(os.environ.get("GPUFLEET_ATTEMPT", "1"))
+    start = 0
+    if os.path.exists("checkpoint.json"):
+        with open("checkpoint.json") as handle:
+            start = json.load(handle)["step"]
+        print("rank %d resumes from step %d" % (rank, start), flush=True)
+    for step in range(start, args.steps):
+        failing = rank == args.fail_rank and step == args.fail_step
+        if failing and args.fail_attempt in (0, attempt):
+            print("rank %d fails on purpose at step %d (attempt %d)" % (rank, step, attempt), flush=True)
+            sys.exit(args.exit_code)
+        total = torch.ones(1) * (rank + 1)
+        dist.all_reduce(total)
+        assert int(total.item()) == world * (world + 1) // 2
+        print("step %d/%d rank %d attempt %d sum %d" % (step + 1, args.steps, rank, attempt, total.item()),
+              flush=True)
+        if rank == 0 and step % 5 == 4:
+            with open("checkpoint.json.tmp", "w") as handle:
+                json.dump({"step": step + 1}, handle)
+            os.replace("checkpoint.json.tmp", "checkpoint.json")
+        time.sleep(args.step_s)
+    dist.barrier()
+    dist.destroy_process_group()
+    print("rank %d done" % rank, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The gang: supervisors of one job on two "nodes" (127.0.0.1 and 127.0.0.2) watching each other over UDP.
+
+Real supervisors and real processes, as in test_jobs.py; torchrun is replaced
+by a stand-in that runs the job's script with bash. What this checks: the
+heartbeat protocol, fail-fast without any controller, lost nodes, the hang
+watchdog and gang restarts. Across real machines the same code runs in
+tests/cluster/test_supervision.py.
+"""
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
+from test_jobs import wait_for
+
+SOURCE = open(sup.__file__).read()
+KEY = "0123456789abcdef0123456789abcdef"
+NODES = (("n0", "127.0.0.1"), ("n1", "127.0.0.2"))
+
+
+def free_udp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Gang2:
+    """One job on two local nodes; each node has its own jobs folder, as on two machines."""
+
+    def __init__(self, tmp_path, bodies, **spec_args):
+        self.tmp = tmp_path
+        fake = tmp_path / "fake-python"
+        fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
+        fake.chmod(0o755)
+        port = free_udp_port()
+        self.paths = []
+        for rank, body in enumerate(bodies):
+            script = tmp_path / ("rank%d.sh" % rank)
+            script.write_text(body)
+            workdir = tmp_path / ("work%d" % rank)
+            workdir.mkdir()
+            args = dict(job="g", node_rank=rank, nnodes=2, nproc_per_node=1, world_size=2,
+                        master_addr="127.0.0.1", master_port=port, python=str(fake), script=str(script),
+                        workdir=str(workdir), grace_s=1.0, nodes=NODES, heartbeat_s=0.2, heartbeat_misses=5,
+                        join_timeout_s=10.0)
+            args.update(spec_args)
+            spec = JobSpec(**args)
+            path = jobs.job_dir(str(tmp_path / ("node%d" % rank)), "g")
+            jobs.launch(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+            self.paths.append(path)
+
+    def status(self, rank):
+        return jobs.status(self.paths[rank], tail=50)
+
+    def ended(self):
+        found = [self.status(rank) for rank in (0, 1)]
+        return found if all(s["state"] in sup.TERMINAL_STATES for s in found) else None
+
+    def processes(self):
+        return [pid for path in self.paths for pid in sup.run_processes(sup.run_token(jobs.read_spec(path)))]
+
+    def stop_all(self):
+        for path in self.paths:
+            jobs.stop(path, "test teardown", check_mode=False)
+
+
+@pytest.fixture
+def gang(tmp_path):
+    made = []
+
+    def make(bodies, **spec_args):
+        made.append(Gang2(tmp_path, bodies, **spec_args))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.stop_all()
+
+
+FOREVER = "echo started; while true; do sleep 0.1; echo tick; done\n"
+QUIET_FOREVER = "echo started; exec sleep 1000\n"
+
+
+def test_a_datagram_is_accepted_only_with_the_runs_key():
+    message = {"run": "r", "rank": 1, "outcome": "failed"}
+    datagram = sup.sign(b"k1", message)
+    assert sup.verify(b"k1", datagram) == message
+    assert sup.verify(b"k2", datagram) is None
+    assert sup.verify(b"k1", datagram.replace(b"failed", b"passed")) is None
+    assert sup.verify(b"k1", b"garbage") is None
+
+
+def test_a_failing_node_stops_the_other_without_any_controller(gang):
+    g = gang([FOREVER, "echo started; sleep 1; echo failing; exit 3\n"])
+    failed_at = wait_for(lambda: g.status(1)["state"] == "failed" and time.monotonic())
+    ended = wait_for(g.ended)
+    stopped_after = time.monotonic() - failed_at
+    print("node0 stopped %.1f s after node1 failed" % stopped_after)
+    assert ended[1]["exit_code"] == 3
+    assert ended[1]["first_exit_at"] is not None and ended[1]["first_exit_at"] <= ended[1]["ended_at"]
+    assert ended[0]["state"] == "stopped"
+    assert ended[0]["stopped_for"] == "n1"
+    assert "n1 (node_rank 1) failed with exit code 3" in ended[0]["stop_reason"]
+    assert stopped_after < 5
+    assert wait_for(lambda: not g.processes() or None, timeout=5) is None or not g.processes()
+
+
+def test_a_node_whose_supervisor_is_killed_is_lost_and_the_other_stops(gang):
+    g = gang([FOREVER, FOREVER])
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    time.sleep(0.5)
+    killed_at = time.monotonic()
+    os.kill(g.status(1)["supervisor_pid"], signal.SIGKILL)
+    ended = wait_for(g.ended)
+    took = time.monotonic() - killed_at
+    print("node0 stopped %.1f s after node1's supervisor was killed" % took)
+    assert ended[1]["state"] == "lost"
+    assert ended[0]["state"] == "stopped"
+    assert "n1 (node_rank 1) lost: no heartbeat" in ended[0]["stop_reason"]
+    assert took < 1.0 + 1.0 + 3  # heartbeats missed + grace + slack
+    wait_for(lambda: not g.processes())
+
+
+def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path):
+    fake = tmp_path / "fake-python"
+    fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
+    fake.chmod(0o755)
+    script = tmp_path / "rank0.sh"
+    script.write_text(FOREVER)
+    spec = JobSpec(job="g", node_rank=0, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
+                   master_port=free_udp_port(), python=str(fake), script=str(script), workdir=str(tmp_path),
+                   grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
+    path = jobs.job_dir(str(tmp_path / "node0"), "g")
+    jobs.launch(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+    final = wait_for(lambda: jobs.status(path)["state"] in sup.TERMINAL_STATES and jobs.status(path), timeout=15)
+    assert final["state"] == "stopped"
+    assert "n1 (node_rank 1) lost" in final["stop_reason"]
+
+
+def test_forged_heartbeats_are_ignored(gang):
+    g = gang([FOREVER, FOREVER])
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    spec = jobs.read_spec(g.paths[0])
+    forged = sup.sign(b"not-the-key", {"run": "run1", "rank": 1, "attempt": 1, "phase": "ended",
+                                       "outcome": "failed", "exit_code": 1})
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _ in range(5):
+            sock.sendto(forged, ("127.0.0.1", spec["master_port"]))
+            time.sleep(0.1)
+    time.sleep(1.0)
+    assert [g.status(r)["state"] for r in (0, 1)] == ["running", "running"]
+
+
+def test_silence_on_every_node_is_reported_as_hung(gang):
+    g = gang([QUIET_FOREVER, QUIET_FOREVER], hang_timeout_s=2)
+    started = time.monotonic()
+    ended = wait_for(g.ended)
+    took = time.monotonic() - started
+    print("hung after %.1f s with hang_timeout=2" % took)
+    assert [s["state"] for s in ended] == ["hung", "hung"]
+    assert "hung: no node wrote to its log" in ended[0]["stop_reason"]
+    assert 2 <= took < 2 + 5
+    wait_for(lambda: not g.processes())
+
+
+def test_output_on_one_node_keeps_the_job_from_counting_as_hung(gang):
+    g = gang([QUIET_FOREVER, FOREVER], hang_timeout_s=1)
+    time.sleep(3)
+    assert [g.status(r)["state"] for r in (0, 1)] == ["running", "running"]
+
+
+RESTARTABLE = (
+    'echo "attempt $GPUFLEET_ATTEMPT port $GPUFLEET_MASTER_PORT"\n'
+    'if [ "$GPUFLEET_ATTEMPT" = 1 ] && [ "$NODE_RANK" = 1 ]; then sleep 0.5; exit 7; fi\n'
+    'if [ "$GPUFLEET_ATTEMPT" = 1 ]; then exec sleep 1000; fi\n'
+    "sleep 0.5; echo done\n"
+)
+
+
+def test_max_restarts_launches_the_whole_gang_again_on_the_next_port(gang):
+    g = gang([RESTARTABLE, RESTARTABLE], max_restarts=1, restart_ports=(free_udp_port(),))
+    ended = wait_for(g.ended, timeout=30)
+    second_port = jobs.read_spec(g.paths[0])["restart_ports"][0]
+    for rank, state in enumerate(ended):
+        assert state["state"] == "succeeded", state
+        assert [a["attempt"] for a in state["attempts"]] == [1, 2]
+        assert state["master_port"] == second_port
+        log = open(state["log_path"]).read()
+        assert "attempt 2 port %d" % second_port in log
+    assert ended[1]["attempts"][0]["outcome"] == "failed" and ended[1]["attempts"][0]["exit_code"] == 7
+    assert ended[0]["attempts"][0]["outcome"] == "stopped"
+
+
+def test_restarts_run_out_and_the_job_fails(gang):
+    always = 'echo "attempt $GPUFLEET_ATTEMPT"; if [ "$NODE_RANK" = 1 ]; then sleep 0.5; exit 7; fi; exec sleep 1000\n'
+    g = gang([always, always], max_restarts=1, restart_ports=(free_udp_port(),))
+    ended = wait_for(g.ended, timeout=30)
+    assert ended[1]["state"] == "failed" and len(ended[1]["attempts"]) == 2
+    assert ended[0]["state"] == "stopped" and len(ended[0]["attempts"]) == 2
+
+
+def test_a_user_stop_on_one_node_ends_the_job_everywhere_without_a_restart(gang):
+    g = gang([FOREVER, FOREVER], max_restarts=2, restart_ports=(free_udp_port(), free_udp_port()))
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    jobs.stop(g.paths[0], "stopped by the user", check_mode=False)
+    ended = wait_for(g.ended)
+    assert ended[0]["state"] == "stopped" and len(ended[0]["attempts"]) == 1
+    assert ended[1]["state"] == "stopped" and "stopped by the user" in ended[1]["stop_reason"]
+
+
+def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):
+    spec = JobSpec(job="g", node_rank=0, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
+                   master_port=29500, python="python3", script="x.py", workdir=str(tmp_path), nodes=NODES)
+    path = jobs.job_dir(str(tmp_path / "node0"), "g")
+    with pytest.raises(jobs.JobError, match="gang_key"):
+        jobs.launch(path, spec, "run1", SOURCE, check_mode=False)
+    assert not os.path.exists(path)
