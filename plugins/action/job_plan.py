@@ -66,6 +66,17 @@ def script_layout(script: Any, script_dir: Any, on_nodes: bool) -> dict[str, Any
             "remote_script": os.path.basename(source), "remote_workdir": None}
 
 
+LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
+
+
+def launcher(value: Any) -> str:
+    """The launcher, or an error listing the ones there are."""
+    chosen = value or "torchrun"
+    if chosen not in LAUNCHERS:
+        raise plan.PlanError("launcher: %r is not one of %s" % (chosen, ", ".join(LAUNCHERS)))
+    return str(chosen)
+
+
 def hang_timeout(value: Any) -> int | None:
     """The watchdog's seconds (unset is off; 0 is refused rather than read as off)."""
     try:
@@ -82,7 +93,7 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _VALID_ARGS = frozenset(
         ("job", "script", "script_dir", "script_on_nodes", "script_args", "nproc_per_node", "master_port", "wait",
-         "env", "secret_env_names", "logs_dir", "group", "hang_timeout", "max_restarts")
+         "env", "secret_env_names", "logs_dir", "group", "hang_timeout", "max_restarts", "launcher")
     )
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
@@ -133,6 +144,7 @@ class ActionModule(ActionBase):
             "hang_timeout": hang_timeout(args.get("hang_timeout")),
             "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                     minimum=0, maximum=100),
+            "launcher": launcher(args.get("launcher")),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             "wait": wait,

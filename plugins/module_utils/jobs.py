@@ -8,6 +8,7 @@ Layout of ``<jobs_dir>/<job>/`` (owner-only):
 
 - ``job.json``: the spec of the current launch (see launch_script.JobSpec) plus its run_id;
 - ``launch.sh`` and ``env``: the rendered launch script and environment;
+- ``hostfile`` and ``ranks.json``: the job's MPI/DeepSpeed hostfile and rank manifest (launchers.py);
 - ``supervisor.py`` and ``supervisor.log``: the supervisor and its own messages;
 - ``job.log``: the training output of this node; an earlier run's log is kept
   as ``job.<run_id>.log`` when the job is launched again;
@@ -23,13 +24,13 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     JobSpec,
     job_environment,
     render_env_file,
     render_launch_script,
-    torchrun_command,
 )
 
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -97,6 +98,26 @@ def torchrun_root_cause(lines: list[str]) -> dict | None:
     return cause
 
 
+_MPIRUN_FIRST_RE = re.compile(
+    r"The first process to do so was:\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*Exit code:\s*(?P<code>-?\d+)")
+
+
+def mpirun_root_cause(lines: list[str], manifest: dict | None = None) -> dict | None:
+    """The first failed rank from Open MPI's report, and the node it ran on (from the rank manifest)."""
+    match = None
+    for match in _MPIRUN_FIRST_RE.finditer("\n".join(lines)):
+        pass
+    if match is None:
+        return None
+    rank = int(match.group("rank"))
+    cause: dict = {"rank": rank, "exit_code": int(match.group("code"))}
+    for node in (manifest or {}).get("nodes", []):
+        first, last = node.get("ranks", [0, -1])
+        if first <= rank <= last:
+            cause.update(host=node.get("host"), local_rank=rank - first)
+    return cause
+
+
 def error_file_message(path: str) -> str | None:
     """The exception a worker recorded in its TORCHELASTIC_ERROR_FILE (scripts whose entry point uses @record)."""
     data = sup.read_json(path)
@@ -139,7 +160,9 @@ def status(path: str, tail: int = 0) -> dict:
         result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
     lines = tail_lines(result["log_path"], max(tail, 200))
     result["last_line"] = lines[-1] if lines else ""
-    cause = torchrun_root_cause(lines) if result["state"] in ("failed", "lost") else None
+    cause = None
+    if result["state"] in ("failed", "lost"):
+        cause = torchrun_root_cause(lines) or mpirun_root_cause(lines, sup.read_json(os.path.join(path, launchers.MANIFEST)))
     if cause:
         if cause.get("error_file"):
             cause["error"] = error_file_message(cause["error_file"]) or cause.get("error")
@@ -177,7 +200,9 @@ def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
     env_path = os.path.join(path, ENV_FILE)
     return {
         sup.LAUNCH_FILE: render_launch_script(spec, env_path, os.path.join(path, SECRET_ENV_FILE)),
-        ENV_FILE: render_env_file(job_environment(spec)),
+        ENV_FILE: render_env_file(job_environment(spec, path)),
+        launchers.HOSTFILE: launchers.hostfile_text(spec),
+        launchers.MANIFEST: launchers.manifest_text(spec),
     }
 
 
@@ -204,7 +229,7 @@ def launch(
         "job_dir": path,
         "script_path": os.path.join(path, sup.LAUNCH_FILE),
         "log_path": os.path.join(path, sup.LOG_FILE),
-        "cmd": torchrun_command(spec),
+        "cmd": launchers.command(spec, path, []) or [],
         "node_rank": spec.node_rank,
         "world_size": spec.world_size,
         "diff": {
@@ -239,7 +264,8 @@ def launch(
         if os.path.exists(os.path.join(path, name)):
             os.remove(os.path.join(path, name))
     _write(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
-    _write(os.path.join(path, ENV_FILE), files[ENV_FILE], 0o600)
+    for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
+        _write(os.path.join(path, name), files[name], 0o600)
     secret_path = os.path.join(path, SECRET_ENV_FILE)
     if secret_env:
         _write(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
@@ -318,7 +344,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     if is_running(current) and sup.supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and is_running(status(path)):
+        # Until the supervisor itself is gone (it says goodbye to the other nodes after recording the end).
+        while time.monotonic() < deadline and sup.supervisor_alive(current):
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
     grace = float(spec.get("grace_s", 10))

@@ -60,6 +60,8 @@ TERMINAL_STATES = ("succeeded", "failed", "stopped", "hung", "lost")
 RUNNING_STATES = ("starting", "running", "stopping", "restarting")
 # Outcomes of one node's part of one attempt that end the attempt for the whole gang.
 GANG_FAILURES = ("failed", "stopped", "hung")
+# Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
+SINGLE_ENTRY = ("mpirun", "horovodrun")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -138,9 +140,17 @@ def signal_run(token: str, signum: int, exclude: tuple[int, ...] = ()) -> list[i
     return sent
 
 
+def terminate(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """SIGTERM to the token's processes, then SIGCONT: a stopped (SIGSTOP, Ctrl-Z) process acts on SIGTERM only
+    once it runs again."""
+    sent = signal_run(token, signal.SIGTERM, exclude)
+    signal_run(token, signal.SIGCONT, exclude)
+    return sent
+
+
 def end_run(token: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: float = 0.1) -> int:
     """SIGTERM the token's processes, wait up to grace_s, SIGKILL the rest; return how many were signalled."""
-    first = signal_run(token, signal.SIGTERM, exclude)
+    first = terminate(token, exclude)
     deadline = time.monotonic() + grace_s
     while run_processes(token, exclude) and time.monotonic() < deadline:
         time.sleep(poll_s)
@@ -278,6 +288,11 @@ class Gang:
             elif now - heard > self.lost_after_s:
                 found.append(rank)
         return found
+
+    def last_heard_wall(self, rank: int) -> float:
+        """When peer rank was last heard, as wall-clock time (its join started this node's wait if never)."""
+        heard = self.heard.get(rank, self.started)
+        return time.time() - (self.clock() - heard)
 
     def silence_s(self, rank: int) -> float | None:
         """How long peer rank's log has been silent, as of now, from its last heartbeat; None if unknown."""
@@ -455,6 +470,7 @@ class Supervisor:
                 return "stopped", "stopped by gpufleet: %s" % describe(host, rank, news), host
             lost = self.gang.lost()
             if lost:
+                self._note_lost(lost)
                 host = self.gang.host(lost[0])
                 return ("stopped", "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s"
                         % (host, lost[0], self.gang.lost_after_s), host)
@@ -466,6 +482,15 @@ class Supervisor:
                 return ("hung", "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
                         % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
         return None
+
+    def _note_lost(self, ranks: list[int]) -> None:
+        """Record when each lost peer was last heard (wall clock): the report orders failures by it."""
+        if self.gang is None:
+            return
+        lost = dict(self.state.get("peers_lost") or {})
+        for rank in ranks:
+            lost.setdefault(self.gang.host(rank), round(self.gang.last_heard_wall(rank), 3))
+        self._save(peers_lost=lost)
 
     # -- one attempt --------------------------------------------------------------------------------------------
 
@@ -488,6 +513,46 @@ class Supervisor:
                 close_fds=True,
             )
 
+    def _follower(self) -> bool:
+        """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
+        return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and self.gang is not None
+
+    def _follow_attempt(self, port: int) -> dict:
+        """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
+        self.last_output = self.attempt_started = time.monotonic()
+        self.first_exit_at, self.next_scan = None, 0.0
+        self._save(state="running", pid=os.getpid(), follower=True, attempt=self.attempt, master_port=port)
+        self._log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
+                  % (self.spec["node_rank"], self.spec.get("launcher")))
+        gang = self.gang
+        if gang is None:  # _follower() is only true with a gang
+            raise RuntimeError("a follower needs the gang")
+        leader: dict = {}
+        stopping: tuple[str, str, str | None] | None = None
+        while True:
+            self._watch()
+            self._tick("running")
+            leader = gang.news.get(0) or {}
+            if leader.get("attempt") == self.attempt and leader.get("phase") == "ended" or leader.get("final"):
+                break
+            stopping = (("stopped", self.stop_reason, None) if self.stop_reason is not None
+                        else self._gang_stop_reason())
+            if stopping is not None:
+                self._save(state="stopping", stop_reason=stopping[1], stop_requested_at=time.time())
+                self._log(stopping[1])
+                break
+        # Whatever of the run is still on this node is ended: node 0's launcher is done with it, or it must stop.
+        self._unwatch()
+        end_run(self.token, self.grace_s)
+        outcome = {"attempt": self.attempt, "master_port": port, "ended_at": time.time(),
+                   "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": "succeeded"}
+        if stopping is not None:
+            outcome.update(outcome=stopping[0], reason=stopping[1], for_peer=stopping[2], exit_code=1)
+        elif leader.get("outcome") != "succeeded":
+            reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
+            outcome.update(outcome="stopped", reason=reason, for_peer=gang.host(0), exit_code=1)
+        return outcome
+
     def _run_attempt(self, port: int) -> dict:
         """Run the launch script once; return this node's outcome of the attempt."""
         self.last_output = self.attempt_started = time.monotonic()
@@ -509,7 +574,7 @@ class Supervisor:
                     stopping_since = time.monotonic()
                     self._save(state="stopping", stop_reason=stopping[1], stop_requested_at=time.time())
                     self._log(stopping[1])
-                    signal_run(self.token, signal.SIGTERM)
+                    terminate(self.token)
             elif not killed and time.monotonic() - stopping_since > self.grace_s:
                 signal_run(self.token, signal.SIGKILL)
                 killed = True
@@ -546,7 +611,9 @@ class Supervisor:
                 pending = [rank for rank in self.gang.peers() if not self._peer_done(rank)]
                 if not pending:
                     break
-                if [rank for rank in pending if rank in self.gang.lost()]:
+                lost = [rank for rank in pending if rank in self.gang.lost()]
+                if lost:
+                    self._note_lost(lost)
                     return "lost"
                 self._tick("ended")
             for rank in self.gang.peers():
@@ -584,7 +651,7 @@ class Supervisor:
             port = self.ports[self.attempt - 1]
             if self.attempt > 1:
                 self._log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
-            self.outcome = self._run_attempt(port)
+            self.outcome = self._follow_attempt(port) if self._follower() else self._run_attempt(port)
             self.state["attempts"].append(self.outcome)
             gang = self._await_peers()
             retry = gang == "failed" and self.attempt <= self.max_restarts and self.stop_reason is None

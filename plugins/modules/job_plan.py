@@ -76,6 +76,10 @@ options:
     description: Launches of the whole gang again after a failure (a whole number from 0 to 100).
     type: raw
     default: 0
+  launcher:
+    description: What starts the ranks; see M(gpufleet.cluster.launch).
+    type: str
+    default: torchrun
 seealso:
   - module: gpufleet.cluster.launch
 """

@@ -162,6 +162,22 @@ options:
     type: list
     elements: int
     default: []
+  launcher:
+    description:
+      - What starts the ranks. C(torchrun) and C(deepspeed) (with C(--no_ssh)) run on every node with this node's
+        rank. C(mpirun) and C(horovodrun) run on node 0 only, over the job's hostfile; on the other nodes the
+        supervisor starts nothing and ends this node's ranks when node 0's part ends. C(none) runs the script itself
+        once per node (a script written for a training platform, which starts its own launcher).
+      - Whatever the launcher, the processes see MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK, RANK and
+        LOCAL_RANK, and the MLP_* variables of training platforms.
+    type: str
+    default: torchrun
+    choices: [torchrun, deepspeed, mpirun, horovodrun, none]
+  slots:
+    description: Ranks on each node of O(nodes), in rank order, for the hostfile and the rank manifest; O(nproc_per_node) on every node when empty.
+    type: list
+    elements: int
+    default: []
   start_timeout_s:
     description: Seconds to wait for the supervisor to report the job running.
     type: float
@@ -284,6 +300,8 @@ def build_spec(params: dict) -> JobSpec:
         hang_timeout_s=params["hang_timeout_s"],
         max_restarts=params["max_restarts"],
         restart_ports=tuple(params["restart_ports"]),
+        launcher=params["launcher"],
+        slots=tuple(params["slots"]),
     )
 
 
@@ -311,6 +329,10 @@ def validate(module: AnsibleModule, params: dict) -> None:
     if params["max_restarts"] < 0 or len(params["restart_ports"]) < params["max_restarts"]:
         module.fail_json(msg="max_restarts: %d needs as many restart_ports, got %d"
                          % (params["max_restarts"], len(params["restart_ports"])))
+    if params["slots"] and len(params["slots"]) != len(nodes):
+        module.fail_json(msg="slots: must give the ranks of each of the %d nodes, got %d" % (len(nodes), len(params["slots"])))
+    if params["launcher"] in ("mpirun", "horovodrun") and params["nnodes"] > 1 and not nodes:
+        module.fail_json(msg="launcher: %s needs nodes, the job's nodes in rank order" % params["launcher"])
     if params["hang_timeout_s"] < 0:
         module.fail_json(msg="hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % params["hang_timeout_s"])
     for option in ("env", "secret_env"):
@@ -349,6 +371,9 @@ def main() -> None:
             "hang_timeout_s": {"type": "int", "default": 0},
             "max_restarts": {"type": "int", "default": 0},
             "restart_ports": {"type": "list", "elements": "int", "default": []},
+            "launcher": {"type": "str", "default": "torchrun",
+                         "choices": ["torchrun", "deepspeed", "mpirun", "horovodrun", "none"]},
+            "slots": {"type": "list", "elements": "int", "default": []},
             "start_timeout_s": {"type": "float", "default": 15},
         },
         supports_check_mode=True,

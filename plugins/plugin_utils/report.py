@@ -78,12 +78,24 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
 
     A node's time is when the first process of its part exited (its supervisor watches them with pidfds), else
     when its launcher ended: when one rank dies, ranks on other nodes often fail a moment later in a collective,
-    and their launchers may well end first.
+    and their launchers may well end first. A lost or unreachable node's time is when the other nodes' supervisors
+    last heard its heartbeat.
     """
     failed = [r for r in results if r.get("state") in FAILED_STATES]
     if not failed:
         return None
-    return min(failed, key=lambda r: (r.get("first_exit_at") or r.get("ended_at") or float("inf"), r.get("node_rank", 0)))
+    # A node whose supervisor vanished, or that went silent, failed when the others last heard it.
+    last_heard: dict[str, float] = {}
+    for result in results:
+        for host, since in (result.get("peers_lost") or {}).items():
+            last_heard[host] = min(since, last_heard.get(host, since))
+
+    def when(result: Mapping[str, Any]) -> float:
+        if result.get("state") in ("lost", "unreachable") and result.get("host") in last_heard:
+            return last_heard[str(result.get("host"))]
+        return result.get("first_exit_at") or result.get("ended_at") or float("inf")
+
+    return min(failed, key=lambda r: (when(r), r.get("node_rank", 0)))
 
 
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
@@ -107,8 +119,9 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
         parts.append(str(cause.get("lost_reason") or "its supervisor vanished"))
     elif isinstance(root, Mapping):
         what = ("was killed by %s" % root["signal"]) if root.get("signal") else ("exited with code %s" % root.get("exit_code"))
-        parts.append("global rank %s (local rank %s) %s" % (root.get("rank"), root.get("local_rank"), what))
-        if root.get("error"):
+        where = " on %s" % root["host"] if root.get("host") and root.get("host") != host else ""
+        parts.append("global rank %s (local rank %s%s) %s" % (root.get("rank"), root.get("local_rank"), where, what))
+        if root.get("error") and not root.get("signal"):
             parts.append(": %s" % root["error"])
     elif cause.get("signal"):
         parts.append("the launcher was killed by %s" % cause["signal"])

@@ -155,7 +155,8 @@ def test_a_rank_exiting_1_stops_the_gang_and_keeps_the_checkpoint(cluster):
     assert "job sup-exit failed on node1 (node_rank 1): global rank 1 (local rank 0) exited with code 1" in done.out
     assert "rank 1 fails on purpose at step 24" in done.out  # the last lines of that rank's log
     assert set(logs_fetched(cluster, job)) == set(cluster.nodes)
-    checkpoint = cluster.node_exec("node0", "cat", "/root/.gpufleet/jobs/%s/code/checkpoint.json" % job, check=True)
+    checkpoint = cluster.node_exec("node0", "cat", "/root/.gpufleet/jobs/%s/code/checkpoint-rank0.json" % job,
+                                   check=True)
     assert json.loads(checkpoint.stdout)["step"] >= 5
 
 
@@ -195,8 +196,13 @@ def test_a_sigkilled_supervisor_is_noticed_by_the_other_nodes(cluster):
     assert done.rc != 0
     assert "job sup-kill-supervisor failed on node1 (node_rank 1): the supervisor (pid" in done.out
     assert set(logs_fetched(cluster, job)) == set(cluster.nodes)
-    stopped = probe(cluster, "node0", job)["state"]
-    assert stopped["state"] == "stopped" and "node1 (node_rank 1) lost: no heartbeat" in stopped["stop_reason"]
+    # The other nodes' parts were stopped because of node1 (by their supervisors, on node1's silence, or by the
+    # controller, on node1's state), unless their ranks failed first in a collective with node1's dead ranks.
+    for node in ("node0", "node2"):
+        state = probe(cluster, node, job)["state"]
+        assert state["state"] in ("stopped", "failed"), state
+        if state["state"] == "stopped":
+            assert "node1 (node_rank 1)" in state["stop_reason"], state
 
 
 def test_sigstop_on_a_rank_is_stopped_and_reported_as_hung(cluster):
@@ -233,7 +239,7 @@ def test_max_restarts_relaunches_the_gang_and_the_job_completes(cluster):
 
 def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster):
     keep, stop = "sup-keep", "sup-stop"
-    train_detached(cluster, keep, 60)
+    train_detached(cluster, keep, 160)
     train_detached(cluster, stop, 400)
     wait_training(cluster, keep)
     wait_training(cluster, stop)

@@ -44,6 +44,13 @@ PREFIX = "gpufleet-test-"
 PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
 SUITE = "bookworm"
 WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
+# DeepSpeed for the deepspeed launcher's test: built here from its source (pure Python, no ops: DS_BUILD_OPS=0),
+# with its dependencies pinned. The nodes install it with the rest from the wheelhouse.
+DEEPSPEED = "deepspeed==0.19.8"
+DEEPSPEED_DEPS = ["einops==0.8.2", "hjson==3.1.0", "msgpack==1.2.4", "ninja==1.13.2", "psutil==7.2.2",
+                  "py-cpuinfo==9.0.0", "pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0",
+                  "typing-inspection==0.4.5", "tqdm==4.70.1", "packaging==26.3"]
+NODE_PACKAGES = WHEELS + [DEEPSPEED]
 SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg"]
 
 # Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
@@ -111,17 +118,21 @@ def ensure_image() -> str:
 
 
 def ensure_wheelhouse() -> str:
-    """torch and the example's packages for the nodes' Python 3.11, downloaded once on the controller."""
-    key = hashlib.sha256(" ".join(WHEELS).encode()).hexdigest()[:12]
+    """torch, DeepSpeed and the example's packages for the nodes' Python 3.11, made once on the controller."""
+    wanted = WHEELS + [DEEPSPEED] + DEEPSPEED_DEPS
+    key = hashlib.sha256(" ".join(wanted).encode()).hexdigest()[:12]
     path = os.path.join(CACHE, "wheelhouse-" + key)
     if os.path.exists(os.path.join(path, ".complete")):
         return path
     os.makedirs(path, exist_ok=True)
-    log("downloading the wheelhouse: %s" % " ".join(WHEELS))
+    log("building %s (no ops) into the wheelhouse" % DEEPSPEED)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-build-isolation", "--no-deps",
+                    "-w", path, DEEPSPEED], check=True, env=dict(os.environ, DS_BUILD_OPS="0"))
+    log("downloading the wheelhouse: %s" % " ".join(wanted))
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
                     "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
                     "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                    "--platform", "any", "-d", path, *WHEELS], check=True)
+                    "--platform", "any", "--find-links", path, "-d", path, *wanted], check=True)
     open(os.path.join(path, ".complete"), "w").close()
     return path
 
@@ -183,7 +194,7 @@ def write_inventory(state: str, count: int, key: str, known_hosts: str, nccl_tes
         "    ansible_ssh_common_args: -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts,
         "    gpufleet_python: /opt/gpufleet/venv/bin/python",
         "    python_env_wheelhouse: /wheelhouse",
-        "    python_env_packages: [%s]" % ", ".join(WHEELS),
+        "    python_env_packages: [%s]" % ", ".join(NODE_PACKAGES),
         "    # NVIDIA's repositories cannot be reached here: the nodes get a local repository of stand-in packages",
         "    # with NVIDIA's names and versions (tests/cluster/standin_repo.py). The nodes have no GPU.",
         "    gpufleet_nvidia_mirror: file:///nvidia-repo",

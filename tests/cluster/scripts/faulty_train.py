@@ -2,8 +2,8 @@
 
 Every rank prints one line per step and all-reduces a tensor, so a rank that
 stops or dies leaves the others waiting in a collective, as in real training.
-Rank 0 writes a checkpoint (checkpoint.json in the working directory) every
-few steps and a later run resumes from it.
+Every rank writes its checkpoint (checkpoint-rank<R>.json in its working
+directory) every 5 steps, all at the same steps, and a later run resumes from it.
 
     faulty_train.py [--steps N] [--step-s S] [--fail-rank R --fail-step K [--exit-code C] [--fail-attempt A]]
 """
@@ -33,8 +33,9 @@ def main() -> int:
     assert world == int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("GPUFLEET_ATTEMPT", "1"))
     start = 0
-    if os.path.exists("checkpoint.json"):
-        with open("checkpoint.json") as handle:
+    checkpoint = "checkpoint-rank%d.json" % rank
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as handle:
             start = json.load(handle)["step"]
         print("rank %d resumes from step %d" % (rank, start), flush=True)
     for step in range(start, args.steps):
@@ -47,10 +48,10 @@ def main() -> int:
         assert int(total.item()) == world * (world + 1) // 2
         print("step %d/%d rank %d attempt %d sum %d" % (step + 1, args.steps, rank, attempt, total.item()),
               flush=True)
-        if rank == 0 and step % 5 == 4:
-            with open("checkpoint.json.tmp", "w") as handle:
+        if step % 5 == 4:
+            with open(checkpoint + ".tmp", "w") as handle:
                 json.dump({"step": step + 1}, handle)
-            os.replace("checkpoint.json.tmp", "checkpoint.json")
+            os.replace(checkpoint + ".tmp", checkpoint)
         time.sleep(args.step_s)
     dist.barrier()
     dist.destroy_process_group()

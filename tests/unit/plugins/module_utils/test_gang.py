@@ -123,6 +123,7 @@ def test_a_node_whose_supervisor_is_killed_is_lost_and_the_other_stops(gang):
     assert ended[1]["state"] == "lost"
     assert ended[0]["state"] == "stopped"
     assert "n1 (node_rank 1) lost: no heartbeat" in ended[0]["stop_reason"]
+    assert ended[0]["peers_lost"]["n1"] < time.time() - 1.0  # when n1 was last heard, before it was counted lost
     assert took < 1.0 + 1.0 + 3  # heartbeats missed + grace + slack
     wait_for(lambda: not g.processes())
 

@@ -253,3 +253,31 @@ def test_root_cause_names_the_error_the_worker_recorded(tmp_path):
     recorded.write_text('{"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {}}}')
     assert jobs.error_file_message(str(recorded)) == "RuntimeError: CUDA out of memory"
     assert jobs.error_file_message(str(tmp_path / "missing.json")) is None
+
+
+def test_stop_ends_a_stopped_process_without_waiting_for_the_grace_period(env):
+    path, _spec, _ = launch(env, "sleep 1000 &\nchild=$!\nkill -STOP $child\nwait\n", grace_s=30.0)
+    wait_for(lambda: len(token_processes(path)) >= 2)
+    started = time.monotonic()
+    jobs.stop(path, "test", check_mode=False)
+    took = time.monotonic() - started
+    assert not token_processes(path)
+    assert took < 3, "a SIGSTOPped process waited for a grace period (%.1f s)" % took
+
+
+MPIRUN_REPORT = """--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[19800,1],4]
+  Exit code:    3
+--------------------------------------------------------------------------""".splitlines()
+
+
+def test_mpirun_root_cause_names_the_rank_and_its_node_from_the_manifest():
+    manifest = {"nodes": [{"host": "node0", "ranks": [0, 1]}, {"host": "node1", "ranks": [2, 3]},
+                          {"host": "node2", "ranks": [4, 5]}]}
+    assert jobs.mpirun_root_cause(MPIRUN_REPORT, manifest) == {"rank": 4, "exit_code": 3, "host": "node2",
+                                                               "local_rank": 0}
+    assert jobs.mpirun_root_cause(MPIRUN_REPORT) == {"rank": 4, "exit_code": 3}
+    assert jobs.mpirun_root_cause(["nothing"]) is None

@@ -87,3 +87,18 @@ def test_the_first_failure_is_the_first_process_exit_not_the_first_launcher_end(
     results = [dict(OK, state="failed", exit_code=1, first_exit_at=10.02, ended_at=10.3),
                dict(OK, host="node1", node_rank=1, state="failed", exit_code=1, first_exit_at=10.0, ended_at=10.9)]
     assert report.first_failure(results)["host"] == "node1"
+
+
+def test_a_lost_node_came_first_when_the_others_last_heard_it_before_the_collective_failed():
+    results = [dict(OK, state="stopped", stopped_for="node1", peers_lost={"node1": 99.4}),
+               dict(OK, host="node1", node_rank=1, state="lost", lost_reason="the supervisor (pid 7) is gone"),
+               dict(OK, host="node2", node_rank=2, state="failed", exit_code=1, first_exit_at=100.0, ended_at=100.2)]
+    assert report.first_failure(results)["host"] == "node1"
+    assert "job j failed on node1 (node_rank 1): the supervisor (pid 7) is gone" in report.failure_message("j", results)
+
+
+def test_a_rank_that_ran_on_another_node_than_the_launcher_is_named_with_its_node():
+    failed = dict(OK, state="failed", exit_code=3,
+                  root_cause={"rank": 4, "local_rank": 0, "exit_code": 3, "host": "node2"})
+    assert report.failure_message("j", [failed]).startswith(
+        "job j failed on node0 (node_rank 0): global rank 4 (local rank 0 on node2) exited with code 3")

@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What each launcher runs on a node, and the files and variables every launcher's processes get alike.
+
+Launchers:
+
+- ``torchrun`` (default) and ``deepspeed``: every node runs its own part with the node rank gpufleet gives
+  it (DeepSpeed with ``--no_ssh``), under its own supervisor, so fail-fast and stop work per node.
+- ``mpirun`` and ``horovodrun``: node 0 runs the one entry command over the generated hostfile; the other
+  nodes take part through MPI (or Horovod's Gloo), as on MPI training platforms. Their supervisors start
+  nothing: they follow node 0's part and end the ranks on their own node (found by run token) when it ends.
+- ``none``: the script itself runs once per node, for scripts written for a training platform that start their
+  own launcher from the MLP_* variables.
+
+The contract every launcher's processes see: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK, and per rank RANK
+and LOCAL_RANK (set by the launcher, or mapped from Open MPI's or Horovod's own), plus the platform-compatible
+MLP_WORKER_NUM, MLP_WORKER_GPU, MLP_ROLE_INDEX, MLP_WORKER_0_HOST, MLP_WORKER_0_PORT, MLP_WORKER_ALL_HOSTS,
+MLP_MPI_HOSTS, MLP_MPI_HOSTFILE and MLP_MPI_NP; and two files in the job folder, the same on every node and
+across runs with the same inventory: ``hostfile`` (``<address> slots=<n>``) and ``ranks.json``, the rank manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
+# Launchers whose one entry command on node 0 starts every rank.
+SINGLE_ENTRY = ("mpirun", "horovodrun")
+HOSTFILE = "hostfile"
+MANIFEST = "ranks.json"
+
+
+def nodes_of(spec) -> list[tuple[str, str, int]]:
+    """(host, address, ranks on it) in rank order; a job without a node list is this node alone."""
+    if spec.nodes:
+        slots = list(spec.slots) or [spec.nproc_per_node] * len(spec.nodes)
+        return [(host, address, int(count)) for (host, address), count in zip(spec.nodes, slots)]
+    return [("node%d" % spec.node_rank, spec.master_addr, spec.nproc_per_node)]
+
+
+def hostfile_text(spec) -> str:
+    """The MPI / DeepSpeed hostfile of the job: one ``<address> slots=<n>`` line per node, in rank order."""
+    return "".join("%s slots=%d\n" % (address, count) for _host, address, count in nodes_of(spec))
+
+
+def manifest_text(spec) -> str:
+    """The rank manifest: which global ranks run where. Nothing in it changes from one launch to the next."""
+    entries, first = [], 0
+    for rank, (host, address, count) in enumerate(nodes_of(spec)):
+        entries.append({"host": host, "address": address, "node_rank": rank, "gpus": count,
+                        "ranks": [first, first + count - 1]})
+        first += count
+    data = {"job": spec.job, "launcher": spec.launcher, "world_size": first, "nodes": entries}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def contract_env(spec, job_dir: str) -> dict[str, str]:
+    """The variables every process of the job sees, whatever the launcher (RANK and LOCAL_RANK come per rank)."""
+    nodes = nodes_of(spec)
+    world = sum(count for _h, _a, count in nodes)
+    return {
+        "MASTER_ADDR": spec.master_addr,
+        "MASTER_PORT": str(spec.master_port),
+        "WORLD_SIZE": str(world),
+        "NODE_RANK": str(spec.node_rank),
+        "NNODES": str(len(nodes)),
+        "MLP_WORKER_NUM": str(len(nodes)),
+        "MLP_WORKER_GPU": str(spec.nproc_per_node),
+        "MLP_ROLE_INDEX": str(spec.node_rank),
+        "MLP_WORKER_0_HOST": spec.master_addr,
+        "MLP_WORKER_0_PORT": str(spec.master_port),
+        "MLP_WORKER_ALL_HOSTS": ",".join(address for _h, address, _c in nodes),
+        "MLP_MPI_HOSTS": ",".join("%s:%d" % (address, count) for _h, address, count in nodes),
+        "MLP_MPI_HOSTFILE": os.path.join(job_dir, HOSTFILE),
+        "MLP_MPI_NP": str(world),
+        # Live logs: progress lines reach job.log (and the hang watchdog) as they are printed.
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def runs_here(spec) -> bool:
+    """Whether this node runs an entry command (every node, except the followers of a single-entry launcher)."""
+    return spec.launcher not in SINGLE_ENTRY or spec.node_rank == 0
+
+
+# Run by mpirun / horovodrun on every rank before the script: the contract's per-rank names from the launcher's
+# own, NODE_RANK from the rank manifest's ranges (ranks fill the hostfile's slots in order), and the run token
+# of the node the rank is on, so that node's supervisor can find and end it.
+RANK_ENV_WRAPPER = (
+    'RANK=${OMPI_COMM_WORLD_RANK:-${HOROVOD_RANK:-${PMI_RANK:-0}}}; '
+    'LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-${HOROVOD_LOCAL_RANK:-${MPI_LOCALRANKID:-0}}}; '
+    'WORLD_SIZE=${OMPI_COMM_WORLD_SIZE:-${HOROVOD_SIZE:-$WORLD_SIZE}}; '
+    'NODE_RANK=0; n=0; for first in $GPUFLEET_RANK_STARTS; do [ "$RANK" -ge "$first" ] && NODE_RANK=$n; '
+    'n=$((n+1)); done; MLP_ROLE_INDEX=$NODE_RANK; GPUFLEET_RUN_TOKEN=$GPUFLEET_RUN_ID.$NODE_RANK; '
+    'export RANK LOCAL_RANK WORLD_SIZE NODE_RANK MLP_ROLE_INDEX GPUFLEET_RUN_TOKEN; exec "$@"'
+)
+
+
+def rank_starts(spec) -> str:
+    starts, first = [], 0
+    for _host, _address, count in nodes_of(spec):
+        starts.append(str(first))
+        first += count
+    return " ".join(starts)
+
+
+def exported_names(env: dict[str, str]) -> list[str]:
+    """The variables mpirun must pass to the ranks on other nodes (its -x list)."""
+    names = set(env) | {"GPUFLEET_RUN_ID", "GPUFLEET_RANK_STARTS", "GPUFLEET_JOB", "GPUFLEET_ATTEMPT", "PATH",
+                        "PYTHONUNBUFFERED"}
+    return sorted(names)
+
+
+def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
+    """The entry command of this node's part, one list item per argument; None on an MPI follower.
+
+    ``@MASTER_PORT@`` and ``@IFACE_OPTS@`` stand for the attempt's master port and the TCP-interface options,
+    which launch.sh fills in when it runs (see launch_script.render_launch_script).
+    """
+    if not runs_here(spec):
+        return None
+    script = [spec.script] + list(spec.script_args)
+    world = sum(count for _h, _a, count in nodes_of(spec))
+    if spec.launcher == "torchrun":
+        return [spec.python, "-m", "torch.distributed.run", "--nnodes=%d" % spec.nnodes,
+                "--node-rank=%d" % spec.node_rank, "--nproc-per-node=%d" % spec.nproc_per_node,
+                "--master-addr=%s" % spec.master_addr, "--master-port=@MASTER_PORT@", "--rdzv-backend=static",
+                "--log-dir=%s" % os.path.join(job_dir, "torchelastic"), "--max-restarts=0"] + script
+    if spec.launcher == "deepspeed":
+        return [spec.python, "-m", "deepspeed.launcher.runner", "--hostfile=%s" % os.path.join(job_dir, HOSTFILE),
+                "--no_ssh", "--node_rank=%d" % spec.node_rank, "--master_addr=%s" % spec.master_addr,
+                "--master_port=@MASTER_PORT@"] + script
+    if spec.launcher == "mpirun":
+        exports = []
+        for name in env_names:
+            exports += ["-x", name]
+        head = ["mpirun", "--hostfile", os.path.join(job_dir, HOSTFILE), "-np", str(world), "--map-by", "slot",
+                "--bind-to", "none", "@ROOT_OPTS@", "@IFACE_OPTS@"]
+        return head + exports + ["/bin/bash", "-c", RANK_ENV_WRAPPER, "gpufleet-rank", spec.python] + script
+    if spec.launcher == "horovodrun":
+        hosts = ",".join("%s:%d" % (address, count) for _h, address, count in nodes_of(spec))
+        return ["horovodrun", "-np", str(world), "-H", hosts, "--gloo", "@IFACE_OPTS@",
+                "/bin/bash", "-c", RANK_ENV_WRAPPER, "gpufleet-rank", spec.python] + script
+    if spec.launcher == "none":
+        runner = ["/bin/bash"] if spec.script.endswith(".sh") else [spec.python]
+        return runner + script
+    raise ValueError("launcher: %r is not one of %s" % (spec.launcher, ", ".join(LAUNCHERS)))
+
+
+# What launch.sh puts in place of the placeholders, per launcher.
+PLACEHOLDERS = {
+    "@MASTER_PORT@": '"${GPUFLEET_MASTER_PORT}"',
+    "@ROOT_OPTS@": '${GPUFLEET_MPI_ROOT_OPTS}',
+    "@IFACE_OPTS@": '${GPUFLEET_IFACE_OPTS}',
+}
+
+
+def render_command(parts: list[str]) -> str:
+    """The command as launch.sh writes it: each argument shell-quoted, placeholders left to the shell."""
+    rendered = []
+    for part in parts:
+        expanded = shlex.quote(part)
+        for placeholder, shell in PLACEHOLDERS.items():
+            if placeholder in part:
+                if part == placeholder:
+                    expanded = shell
+                else:
+                    head, _sep, tail = part.partition(placeholder)
+                    expanded = shlex.quote(head) + shell + shlex.quote(tail) if tail else shlex.quote(head) + shell
+        rendered.append(expanded)
+    return " \\\n  ".join(rendered)
+
+
+def iface_prelude(launcher: str) -> str:
+    """Shell lines that set GPUFLEET_IFACE_OPTS from NCCL_SOCKET_IFNAME (the nccl_env role's choice)."""
+    if launcher == "mpirun":
+        return ('GPUFLEET_IFACE_OPTS=""\n'
+                'if [ -n "${NCCL_SOCKET_IFNAME:-}" ]; then GPUFLEET_IFACE_OPTS="--mca btl_tcp_if_include '
+                '${NCCL_SOCKET_IFNAME} --mca oob_tcp_if_include ${NCCL_SOCKET_IFNAME}"; fi\n'
+                'GPUFLEET_MPI_ROOT_OPTS=""\n'
+                'if [ "$(id -u)" = 0 ]; then GPUFLEET_MPI_ROOT_OPTS="--allow-run-as-root"; fi\n')
+    if launcher == "horovodrun":
+        return ('GPUFLEET_IFACE_OPTS=""\n'
+                'if [ -n "${NCCL_SOCKET_IFNAME:-}" ]; then GPUFLEET_IFACE_OPTS="--network-interface '
+                '${NCCL_SOCKET_IFNAME}"; fi\n')
+    return ""

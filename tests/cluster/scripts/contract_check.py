@@ -1,0 +1,58 @@
+"""Checks the launcher contract from inside every rank, then an all_reduce across all ranks (gloo).
+
+Prints "ok rank R of W on node N local L sum S". With --fail-rank R that rank exits 3 after the first
+all_reduce while the others keep reducing, as a failing rank in real training would leave them.
+Accepts DeepSpeed's --local_rank argument.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--local_rank", type=int, default=None)  # added by DeepSpeed's launcher
+    args = parser.parse_args()
+
+    names = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MLP_WORKER_NUM",
+             "MLP_WORKER_GPU", "MLP_MPI_HOSTS", "MLP_MPI_HOSTFILE", "MLP_MPI_NP", "MLP_WORKER_0_HOST")
+    missing = [name for name in names if not os.environ.get(name)]
+    assert not missing, "missing: %s" % missing
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    node = int(os.environ["NODE_RANK"])
+    with open(os.path.join(os.path.dirname(os.environ["MLP_MPI_HOSTFILE"]), "ranks.json")) as handle:
+        manifest = json.load(handle)
+    first, last = manifest["nodes"][node]["ranks"]
+    assert first <= rank <= last, "rank %d is not in node %d's range %s" % (rank, node, (first, last))
+    assert world == manifest["world_size"] == int(os.environ["MLP_MPI_NP"])
+    assert os.environ["MASTER_ADDR"] == os.environ["MLP_WORKER_0_HOST"] == manifest["nodes"][0]["address"]
+
+    dist.init_process_group("gloo")
+    assert dist.get_rank() == rank and dist.get_world_size() == world
+    for step in range(args.steps):
+        total = torch.tensor([rank + 1.0])
+        dist.all_reduce(total)
+        assert int(total.item()) == world * (world + 1) // 2
+        if step == 0:
+            # One write per line: ranks on one node share the log.
+            sys.stdout.write("ok rank %d of %d on node %d local %s sum %d\n" % (
+                rank, world, node, os.environ["LOCAL_RANK"], total.item()))
+            sys.stdout.flush()
+        if rank == args.fail_rank:
+            print("rank %d fails on purpose" % rank, flush=True)
+            return 3
+        time.sleep(0.2)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The launchers on the 3-node container cluster: mpirun, DeepSpeed, a platform script, the rank manifest.
+
+horovodrun is not run here (Horovod does not build in this environment); its command is checked in
+tests/unit/plugins/module_utils/test_launchers.py.
+"""
+
+import hashlib
+import os
+import re
+
+import pytest
+
+from test_supervision import probe_all, wait_gone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "scripts")
+
+
+@pytest.fixture(autouse=True)
+def _cluster_ready(provisioned):
+    return provisioned
+
+
+def train(cluster, job, launcher, *extra, script="contract_check.py", nproc=2):
+    return cluster.playbook("train.yml", "-e", "script=%s/%s" % (SCRIPTS, script), "-e", "job=%s" % job,
+                            "-e", "launcher=%s" % launcher, "-e", "nproc_per_node=%d" % nproc, *extra, timeout=600)
+
+
+def node_log(cluster, job, node):
+    with open(os.path.join(cluster.state, "logs", job, "%s.log" % node)) as handle:
+        return handle.read()
+
+
+def ok_lines(text):
+    return sorted((int(r), int(w), int(n), int(lr)) for r, w, n, lr in
+                  re.findall(r"ok rank (\d+) of (\d+) on node (\d+) local (\d+) sum 21", text))
+
+
+def test_mpirun_runs_every_rank_over_the_hostfile_with_the_contract(cluster):
+    run = train(cluster, "ds-mpirun", "mpirun")
+    assert run.rc == 0, run.out[-4000:]
+    # mpirun on node 0 collects every rank's output; ranks fill each node's 2 slots in hostfile order.
+    assert ok_lines(node_log(cluster, "ds-mpirun", "node0")) == [(r, 6, r // 2, r % 2) for r in range(6)]
+    for node in ("node1", "node2"):
+        assert "takes part through node 0's mpirun" in node_log(cluster, "ds-mpirun", node)
+
+
+def test_mpirun_a_failing_rank_fails_the_job_and_leaves_nothing(cluster):
+    run = train(cluster, "ds-mpirun-fail", "mpirun", "-e", "script_args='--fail-rank 4 --steps 300'")
+    assert run.rc != 0
+    assert ("job ds-mpirun-fail failed on node0 (node_rank 0): global rank 4 (local rank 0 on node2) exited with "
+            "code 3") in run.out
+    assert "rank 4 fails on purpose" in node_log(cluster, "ds-mpirun-fail", "node0")
+    wait_gone(cluster, "ds-mpirun-fail", timeout=10)
+    assert not any(found["processes"] for found in probe_all(cluster, "ds-mpirun-fail").values())
+
+
+def test_deepspeed_runs_each_nodes_part_with_gpufleets_node_rank(cluster):
+    run = train(cluster, "ds-deepspeed", "deepspeed")
+    assert run.rc == 0, run.out[-4000:]
+    for node_rank, node in enumerate(cluster.nodes):
+        lines = ok_lines(node_log(cluster, "ds-deepspeed", node))
+        assert lines == [(2 * node_rank + local, 6, node_rank, local) for local in (0, 1)], lines
+
+
+def test_a_platform_script_reading_only_mlp_variables_runs_unchanged(cluster):
+    run = train(cluster, "ds-platform", "none", script="mlp_platform.py", nproc=1)
+    assert run.rc == 0, run.out[-4000:]
+    for rank, node in enumerate(cluster.nodes):
+        assert "platform script: worker %d of 3, sum 6" % rank in node_log(cluster, "ds-platform", node)
+
+
+def test_the_rank_manifest_is_byte_identical_on_every_node_and_across_runs(cluster):
+    digests = []
+    for _attempt in range(2):
+        run = train(cluster, "ds-manifest", "torchrun", nproc=1)
+        assert run.rc == 0, run.out[-4000:]
+        for node in cluster.nodes:
+            data = cluster.node_exec(node, "cat", "/root/.gpufleet/jobs/ds-manifest/ranks.json", check=True).stdout
+            digests.append(hashlib.sha256(data).hexdigest())
+    assert len(digests) == 6 and len(set(digests)) == 1
