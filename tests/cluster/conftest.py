@@ -16,9 +16,18 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, HERE)
 
+import bounds  # noqa: E402  pylint: disable=wrong-import-position
 import testbed  # noqa: E402  pylint: disable=wrong-import-position
 
 NODES = 3
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The bounds the fault-injection tests measured, whether or not they held."""
+    if bounds.MEASURED:
+        terminalreporter.section("bounds measured on the container cluster")
+        for what, seconds, limit in bounds.MEASURED:
+            terminalreporter.write_line("%-72s %5.1f s  (limit %.0f s)" % (what, seconds, limit))
 OWN_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdwdWZsZWV0LXRlc3QtdXNlcnMtb3duLWtleS0wMDAwMDA0 user-own-key"
 
 

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import testbed
+from bounds import report as report_bound
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTY = os.path.join(HERE, "scripts", "faulty_train.py")
@@ -126,11 +127,6 @@ def train_detached(cluster, job, steps):
 def logs_fetched(cluster, job):
     return {node: os.path.getsize(os.path.join(cluster.state, "logs", job, "%s.log" % node))
             for node in cluster.nodes if os.path.exists(os.path.join(cluster.state, "logs", job, "%s.log" % node))}
-
-
-def report_bound(what, seconds, limit):
-    print("BOUND %s: %.1f s (limit %.0f s)" % (what, seconds, limit))
-    assert seconds < limit, "%s took %.1f s, more than %.0f s" % (what, seconds, limit)
 
 
 def kill_in_node(cluster, node, pid, signum=signal.SIGKILL):
