@@ -81,8 +81,24 @@ def pick_free_ports(
 PYTHON_CHECK = (
     "import importlib.util, json, sys;"
     "print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.version_info[:3],"
-    " 'torch': importlib.util.find_spec('torch') is not None}))"
+    " 'torch': importlib.util.find_spec('torch') is not None,"
+    " 'deepspeed': importlib.util.find_spec('deepspeed') is not None,"
+    " 'horovod': importlib.util.find_spec('horovod') is not None}))"
 )
+
+
+def launcher_missing(launcher: str, python: dict, which: Callable[[str], str | None] = shutil.which) -> str:
+    """What this node lacks for the launcher ('' when nothing): checked before anything is changed."""
+    if launcher == "deepspeed" and python.get("found") and not python.get("deepspeed"):
+        return "needs DeepSpeed in gpufleet_python (%s); install it there (python_env_packages)" % python.get("path")
+    if launcher == "mpirun" and not which("mpirun"):
+        return "needs Open MPI's mpirun on the node's PATH (the mpi role installs it)"
+    if launcher == "horovodrun":
+        if python.get("found") and not python.get("horovod"):
+            return "needs Horovod in gpufleet_python (%s)" % python.get("path")
+        if not which("horovodrun"):
+            return "needs horovodrun on the node's PATH"
+    return ""
 
 
 def python_info(python: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:

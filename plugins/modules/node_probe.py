@@ -40,6 +40,10 @@ options:
   check_port:
     description: Report in RV(port_in_use) whether this TCP port is taken.
     type: int
+  launcher:
+    description: Report in RV(launcher_missing) what the node lacks for this launcher (C(deepspeed), C(mpirun), C(horovodrun)).
+    type: str
+    default: torchrun
   extra_ports:
     description: Pick this many more free TCP ports, different from each other and from RV(free_port) (the relaunch ports of O(job)).
     type: int
@@ -82,6 +86,11 @@ free_port:
   returned: when O(pick_port=true)
   type: int
   sample: 29731
+launcher_missing:
+  description: What the node lacks for O(launcher), or an empty string.
+  returned: always
+  type: str
+  sample: needs Open MPI's mpirun on the node's PATH (the mpi role installs it)
 free_ports:
   description: The O(extra_ports) more free ports.
   returned: when O(extra_ports) is more than 0
@@ -109,6 +118,7 @@ def main() -> None:
             "pick_port": {"type": "bool", "default": False},
             "check_port": {"type": "int"},
             "extra_ports": {"type": "int", "default": 0},
+            "launcher": {"type": "str", "default": "torchrun"},
         },
         supports_check_mode=True,
     )
@@ -120,6 +130,7 @@ def main() -> None:
         # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
         "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),
     }
+    result["launcher_missing"] = node.launcher_missing(params["launcher"], result["python"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:

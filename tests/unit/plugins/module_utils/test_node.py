@@ -72,3 +72,15 @@ def test_pick_free_ports_are_distinct_free_and_not_excluded():
     assert len(set(ports)) == 5
     assert not set(ports) & {29500, 29501, 29502}
     assert node.pick_free_ports(0) == []
+
+
+def test_launcher_missing_names_what_the_node_lacks():
+    python = {"found": True, "path": "/opt/venv/bin/python", "torch": True, "deepspeed": False, "horovod": False}
+    nothing = lambda name: None  # noqa: E731
+    assert node.launcher_missing("torchrun", python, nothing) == ""
+    assert node.launcher_missing("none", python, nothing) == ""
+    assert node.launcher_missing("deepspeed", python, nothing).startswith("needs DeepSpeed in gpufleet_python")
+    assert node.launcher_missing("deepspeed", dict(python, deepspeed=True), nothing) == ""
+    assert node.launcher_missing("mpirun", python, nothing).startswith("needs Open MPI's mpirun")
+    assert node.launcher_missing("mpirun", python, lambda name: "/usr/bin/" + name) == ""
+    assert node.launcher_missing("horovodrun", python, nothing).startswith("needs Horovod")
