@@ -56,9 +56,10 @@ class Cluster:
     def host(self, node: str):
         return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))
 
-    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = True) -> PlaybookRun:
-        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
-               *args]
+    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = True,
+                 inventory: str | None = None) -> PlaybookRun:
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
+               os.path.join(REPO, "playbooks", name), *args]
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
         if fresh_connections:

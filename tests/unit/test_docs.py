@@ -19,3 +19,11 @@ def test_ansible_doc_renders(module):
     doc = json.loads(done.stdout)["gpufleet.cluster.%s" % module]
     assert doc["doc"]["short_description"] and doc["examples"].strip() and doc["return"]
     assert "gpufleet.cluster.%s:" % module in doc["examples"]  # examples use the FQCN
+
+
+@pytest.mark.parametrize("kind,name", [("callback", "interrupt"), ("inventory", "hostfile")])
+def test_ansible_doc_renders_the_other_plugins(kind, name):
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", "-t", kind,
+                           "gpufleet.cluster.%s" % name], cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["gpufleet.cluster.%s" % name]["doc"]["short_description"]

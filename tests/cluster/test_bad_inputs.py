@@ -1,0 +1,99 @@
+"""Bad inputs on the 3-node container cluster: each refused before any node is touched, naming the culprit.
+
+The same list runs faster against the local two-node inventory in tests/integration/test_train_local.py;
+here the nodes are real SSH hosts, and "not touched" is checked on each of them: no job folder and no
+virtual environment appear.
+"""
+
+import os
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = ["-e", "script=%s/examples/train.py" % REPO, "-e", "job=bad-input"]
+JOB_DIR = "/root/.gpufleet/jobs/bad-input"
+VENV = "/opt/bad-input-venv"
+
+
+def _inventory(cluster, body):
+    """The cluster's inventory with other hosts (its connection variables kept)."""
+    path = os.path.join(cluster.state, "bad-hosts.yml")
+    with open(cluster.inventory) as handle:
+        common = handle.read().split("  vars:\n", 1)[1]
+    with open(path, "w") as handle:
+        handle.write("---\ngpu_nodes:\n  hosts:\n%s  vars:\n%s" % (body, common))
+    return path
+
+
+def _fake_gpu(cluster):
+    """node0 lists one GPU (an nvidia-smi stand-in ahead on PATH); removed afterwards."""
+    cluster.node_exec("node0", "sh", "-c", "printf '#!/bin/sh\\necho \"GPU 0: NVIDIA H100 (UUID: GPU-0)\"\\n' "
+                      "> /usr/local/bin/nvidia-smi && chmod 755 /usr/local/bin/nvidia-smi", check=True)
+    return lambda: cluster.node_exec("node0", "rm", "-f", "/usr/local/bin/nvidia-smi")
+
+
+def _port_taken(cluster):
+    """Something else listening on node0's port 29433 (stopped afterwards by its PID)."""
+    cluster.node_exec("node0", "sh", "-c", "python3 -c 'import socket,time; s=socket.socket(); "
+                      "s.bind((\"0.0.0.0\", 29433)); s.listen(); time.sleep(300)' >/dev/null 2>&1 & "
+                      "echo $! > /tmp/bad-input-listener.pid; sleep 1", check=True)
+    return lambda: cluster.node_exec("node0", "sh", "-c", "kill $(cat /tmp/bad-input-listener.pid)")
+
+
+# (name, playbook, arguments, inventory hosts or None, setup or None, what the message must say)
+CASES = [
+    ("missing script", "train.yml", ["-e", "script=/no/such/train.py"], None, None,
+     "script: /no/such/train.py does not exist on the controller"),
+    ("job with a slash", "train.yml", SCRIPT + ["-e", "job=a/b"], None, None, "job: 'a/b' is not a valid job name"),
+    ("job with a space", "train.yml", SCRIPT + ["-e", "job='a b'"], None, None, "job: 'a b' is not a valid job name"),
+    ("nproc_per_node 0", "train.yml", SCRIPT + ["-e", "nproc_per_node=0"], None, None,
+     "nproc_per_node: must be >= 1, got 0"),
+    ("empty host group", "train.yml", SCRIPT, "    {}\n", None, "inventory: group 'gpu_nodes' is empty or missing"),
+    ("unknown host group", "train.yml", SCRIPT + ["-e", "group=trainers"], None, None,
+     "inventory: group 'trainers' is empty or missing"),
+    ("two nodes with the same address", "train.yml", SCRIPT,
+     "    node0:\n      ansible_host: 10.213.77.10\n    node1:\n      ansible_host: 10.213.77.10\n", None,
+     "node1: cluster address 10.213.77.10 (from ansible_host='10.213.77.10') is also the address of node0"),
+    ("unresolvable master address", "train.yml", SCRIPT,
+     "    node0:\n      ansible_host: 10.213.77.10\n      gpufleet_cluster_address: no-such-host.invalid\n"
+     "    node1:\n      ansible_host: 10.213.77.11\n", None,
+     "node0: gpufleet_cluster_address='no-such-host.invalid' does not resolve to an IP address"),
+    ("nproc_per_node above the GPU count", "train.yml", SCRIPT + ["-e", "nproc_per_node=2"], None, _fake_gpu,
+     "node0: nproc_per_node=2 is more than the 1 GPUs nvidia-smi lists on the node"),
+    ("master port in use", "train.yml", SCRIPT + ["-e", "master_port=29433"], None, _port_taken,
+     "node0: master_port=29433 is already in use on the master node"),
+    ("env name not an identifier", "train.yml", SCRIPT + ["-e", '{"gpufleet_env": {"1BAD": "x"}}'], None, None,
+     "gpufleet_env: '1BAD' is not a valid environment variable name"),
+    ("max_restarts not a number", "train.yml", SCRIPT + ["-e", "max_restarts=twice"], None, None,
+     "max_restarts: must be a whole number, got 'twice'"),
+    ("hang_timeout 0", "train.yml", SCRIPT + ["-e", "hang_timeout=0"], None, None,
+     "hang_timeout: must be between 1 and 604800, got 0"),
+    ("script_args not a string", "train.yml", SCRIPT + ["-e", '{"script_args": ["--epochs", 5]}'], None, None,
+     "script_args: must be a string such as"),
+    ("python missing on the nodes", "train.yml", SCRIPT + ["-e", "gpufleet_python=/no/such/python"], None, None,
+     "gpufleet_python=/no/such/python was not found or does not run on the node"),
+    ("unknown launcher", "train.yml", SCRIPT + ["-e", "launcher=slurm"], None, None,
+     "launcher: 'slurm' is not one of torchrun, deepspeed, mpirun, horovodrun, none"),
+    ("launcher not installed on the nodes", "train.yml", SCRIPT + ["-e", "launcher=horovodrun"], None, None,
+     "node0: launcher=horovodrun needs Horovod in gpufleet_python"),
+    ("wheelhouse missing on the nodes", "../tests/integration/playbooks/python_env_alone.yml",
+     ["-e", "python_env_wheelhouse=/no/such/wheelhouse", "-e", "python_env_path=%s" % VENV], None, None,
+     "node0: python_env_wheelhouse=/no/such/wheelhouse is not a folder on the node"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_is_refused_before_any_node_is_touched(cluster, provisioned, case):
+    _name, playbook, args, hosts, setup, needle = case
+    cleanup = setup(cluster) if setup else None
+    try:
+        run = cluster.playbook(playbook, *args, inventory=_inventory(cluster, hosts) if hosts is not None else None)
+    finally:
+        if cleanup:
+            cleanup()
+    assert run.rc != 0
+    assert needle in " ".join(run.out.split()), needle
+    for node in cluster.nodes:
+        touched = cluster.node_exec(node, "sh", "-c", "ls -d %s %s 2>/dev/null" % (JOB_DIR, VENV)).stdout.strip()
+        assert not touched, "%s was touched: %s" % (node, touched)
