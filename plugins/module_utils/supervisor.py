@@ -644,8 +644,9 @@ class Supervisor:
             self._join_gang()
         except OSError as exc:
             self.outcome = {"outcome": "failed", "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
+            self._write_exit_code(1)
             self._save(state="failed", exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
-            return self._write_exit_code(1)
+            return 0
         self._save()
         while True:
             port = self.ports[self.attempt - 1]
@@ -663,6 +664,8 @@ class Supervisor:
 
     def _finish(self, gang: str) -> int:
         self.state.pop("phase", None)
+        # exit_code first: whoever sees the final state in state.json finds exit_code there too.
+        self._write_exit_code(self.outcome["exit_code"])
         self._save(
             state=self.outcome["outcome"],
             exit_code=self.outcome["exit_code"],
@@ -679,7 +682,7 @@ class Supervisor:
                 self._beat("ended", final=True, force=True)
                 self.gang.receive(self.gang.heartbeat_s / 2)
             self.gang.close()
-        return self._write_exit_code(self.outcome["exit_code"])
+        return 0
 
     def _write_exit_code(self, exit_code: int) -> int:
         with open(os.path.join(self.job_dir, EXIT_CODE_FILE), "w") as handle:
