@@ -102,15 +102,26 @@ _MPIRUN_FIRST_RE = re.compile(
     r"The first process to do so was:\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*Exit code:\s*(?P<code>-?\d+)")
 
 
+_MPIRUN_SIGNAL_RE = re.compile(
+    r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)")
+
+
 def mpirun_root_cause(lines: list[str], manifest: dict | None = None) -> dict | None:
-    """The first failed rank from Open MPI's report, and the node it ran on (from the rank manifest)."""
+    """The first failed rank from Open MPI's report (exit code or signal), and its node (from the rank manifest)."""
+    text = "\n".join(lines)
     match = None
-    for match in _MPIRUN_FIRST_RE.finditer("\n".join(lines)):
+    for match in _MPIRUN_FIRST_RE.finditer(text):
         pass
-    if match is None:
-        return None
-    rank = int(match.group("rank"))
-    cause: dict = {"rank": rank, "exit_code": int(match.group("code"))}
+    if match is not None:
+        rank = int(match.group("rank"))
+        cause: dict = {"rank": rank, "exit_code": int(match.group("code"))}
+    else:
+        for match in _MPIRUN_SIGNAL_RE.finditer(text):
+            pass
+        if match is None:
+            return None
+        rank, signum = int(match.group("rank")), int(match.group("signal"))
+        cause = {"rank": rank, "exit_code": 128 + signum, "signal": sup.signal_name(signum)}
     for node in (manifest or {}).get("nodes", []):
         first, last = node.get("ranks", [0, -1])
         if first <= rank <= last:
@@ -158,7 +169,7 @@ def status(path: str, tail: int = 0) -> dict:
     ended = state.get("ended_at") or time.time()
     if isinstance(state.get("started_at"), (int, float)):
         result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
-    lines = tail_lines(result["log_path"], max(tail, 200))
+    lines = tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
     result["last_line"] = lines[-1] if lines else ""
     cause = None
     if result["state"] in ("failed", "lost"):

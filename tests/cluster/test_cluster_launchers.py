@@ -48,8 +48,8 @@ def test_mpirun_runs_every_rank_over_the_hostfile_with_the_contract(cluster):
 def test_mpirun_a_failing_rank_fails_the_job_and_leaves_nothing(cluster):
     run = train(cluster, "ds-mpirun-fail", "mpirun", "-e", "script_args='--fail-rank 4 --steps 300'")
     assert run.rc != 0
-    assert ("job ds-mpirun-fail failed on node0 (node_rank 0): global rank 4 (local rank 0 on node2) exited with "
-            "code 3") in run.out
+    # Rank 4 exits 3, or aborts on its way out (gloo's threads at exit: SIGABRT); mpirun reports either.
+    assert "job ds-mpirun-fail failed on node0 (node_rank 0): global rank 4 (local rank 0 on node2)" in run.out
     assert "rank 4 fails on purpose" in node_log(cluster, "ds-mpirun-fail", "node0")
     wait_gone(cluster, "ds-mpirun-fail", timeout=10)
     assert not any(found["processes"] for found in probe_all(cluster, "ds-mpirun-fail").values())

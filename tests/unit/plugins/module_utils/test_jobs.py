@@ -281,3 +281,13 @@ def test_mpirun_root_cause_names_the_rank_and_its_node_from_the_manifest():
                                                                "local_rank": 0}
     assert jobs.mpirun_root_cause(MPIRUN_REPORT) == {"rank": 4, "exit_code": 3}
     assert jobs.mpirun_root_cause(["nothing"]) is None
+
+
+def test_mpirun_root_cause_of_a_rank_killed_by_a_signal():
+    lines = ["terminate called without an active exception", "-" * 74,
+             "mpirun noticed that process rank 4 with PID 3711 on node 10.213.77.12 exited on signal 6 (Aborted).",
+             "-" * 74]
+    manifest = {"nodes": [{"host": "node0", "ranks": [0, 1]}, {"host": "node1", "ranks": [2, 3]},
+                          {"host": "node2", "ranks": [4, 5]}]}
+    assert jobs.mpirun_root_cause(lines, manifest) == {"rank": 4, "exit_code": 134, "signal": "SIGABRT",
+                                                       "host": "node2", "local_rank": 0}
