@@ -345,7 +345,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     token = sup.run_token(spec) if spec.get("run_id") is not None else None
     leftovers = sup.run_processes(token) if token else []
     if not is_running(current) and not leftovers:
-        result["state"] = current["state"]
+        result.update(state=current["state"], remaining=[])
         return result
     result["changed"] = True
     if check_mode:
