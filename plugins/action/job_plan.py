@@ -12,6 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import plan
 
 
@@ -66,14 +67,11 @@ def script_layout(script: Any, script_dir: Any, on_nodes: bool) -> dict[str, Any
             "remote_script": os.path.basename(source), "remote_workdir": None}
 
 
-LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
-
-
 def launcher(value: Any) -> str:
     """The launcher, or an error listing the ones there are."""
     chosen = value or "torchrun"
-    if chosen not in LAUNCHERS:
-        raise plan.PlanError("launcher: %r is not one of %s" % (chosen, ", ".join(LAUNCHERS)))
+    if chosen not in launchers.LAUNCHERS:
+        raise plan.PlanError("launcher: %r is not one of %s" % (chosen, ", ".join(launchers.LAUNCHERS)))
     return str(chosen)
 
 

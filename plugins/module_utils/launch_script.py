@@ -104,28 +104,6 @@ def render_env_file(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def torchrun_command(spec: JobSpec, log_dir: str | None = None) -> list[str]:
-    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous.
-
-    With log_dir, torchrun keeps each worker's TORCHELASTIC_ERROR_FILE there (in the job folder), so the error a
-    script records with ``@record`` outlives the run and reaches the report.
-    """
-    return [
-        spec.python,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=%d" % spec.nnodes,
-        "--node-rank=%d" % spec.node_rank,
-        "--nproc-per-node=%d" % spec.nproc_per_node,
-        "--master-addr=%s" % spec.master_addr,
-        "--master-port=%d" % spec.master_port,
-        "--rdzv-backend=static",
-    ] + (["--log-dir=%s" % log_dir] if log_dir else []) + [
-        "--max-restarts=0",
-        spec.script,
-    ] + list(spec.script_args)
-
-
 def secret_env_sha256(secret_env: dict[str, str]) -> str:
     """A digest that changes with the secrets, for comparing launches without keeping the values."""
     return hashlib.sha256(render_env_file(secret_env).encode()).hexdigest() if secret_env else ""

@@ -27,9 +27,11 @@ import json
 import os
 import shlex
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 # Launchers whose one entry command on node 0 starts every rank.
-SINGLE_ENTRY = ("mpirun", "horovodrun")
+SINGLE_ENTRY = sup.SINGLE_ENTRY
 HOSTFILE = "hostfile"
 MANIFEST = "ranks.json"
 
@@ -82,6 +84,28 @@ def contract_env(spec, job_dir: str) -> dict[str, str]:
     }
 
 
+def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
+    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous.
+
+    With log_dir, torchrun keeps each worker's TORCHELASTIC_ERROR_FILE there (in the job folder), so the error a
+    script records with ``@record`` outlives the run and reaches the report.
+    """
+    return [
+        spec.python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=%d" % spec.nnodes,
+        "--node-rank=%d" % spec.node_rank,
+        "--nproc-per-node=%d" % spec.nproc_per_node,
+        "--master-addr=%s" % spec.master_addr,
+        "--master-port=%d" % spec.master_port,
+        "--rdzv-backend=static",
+    ] + (["--log-dir=%s" % log_dir] if log_dir else []) + [
+        "--max-restarts=0",
+        spec.script,
+    ] + list(spec.script_args)
+
+
 def runs_here(spec) -> bool:
     """Whether this node runs an entry command (every node, except the followers of a single-entry launcher)."""
     return spec.launcher not in SINGLE_ENTRY or spec.node_rank == 0
@@ -126,10 +150,9 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
     script = [spec.script] + list(spec.script_args)
     world = sum(count for _h, _a, count in nodes_of(spec))
     if spec.launcher == "torchrun":
-        return [spec.python, "-m", "torch.distributed.run", "--nnodes=%d" % spec.nnodes,
-                "--node-rank=%d" % spec.node_rank, "--nproc-per-node=%d" % spec.nproc_per_node,
-                "--master-addr=%s" % spec.master_addr, "--master-port=@MASTER_PORT@", "--rdzv-backend=static",
-                "--log-dir=%s" % os.path.join(job_dir, "torchelastic"), "--max-restarts=0"] + script
+        port = "--master-port=%d" % spec.master_port
+        return ["--master-port=@MASTER_PORT@" if part == port else part
+                for part in torchrun_command(spec, os.path.join(job_dir, "torchelastic"))]
     if spec.launcher == "deepspeed":
         return [spec.python, "-m", "deepspeed.launcher.runner", "--hostfile=%s" % os.path.join(job_dir, HOSTFILE),
                 "--no_ssh", "--node_rank=%d" % spec.node_rank, "--master_addr=%s" % spec.master_addr,

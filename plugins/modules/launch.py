@@ -259,7 +259,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE, JobSpec, secret_env_sha256
 
@@ -372,7 +372,7 @@ def main() -> None:
             "max_restarts": {"type": "int", "default": 0},
             "restart_ports": {"type": "list", "elements": "int", "default": []},
             "launcher": {"type": "str", "default": "torchrun",
-                         "choices": ["torchrun", "deepspeed", "mpirun", "horovodrun", "none"]},
+                         "choices": list(launchers.LAUNCHERS)},
             "slots": {"type": "list", "elements": "int", "default": []},
             "start_timeout_s": {"type": "float", "default": 15},
         },
