@@ -42,6 +42,16 @@ def interrupted() -> bool:
     return bool(path) and os.path.exists(str(path))
 
 
+def sleep_unless_interrupted(seconds: float, step_s: float = 0.05) -> None:
+    """Sleep, but wake as soon as Ctrl-C is pressed on the controller, so that the stop starts at once."""
+    deadline = time.monotonic() + seconds
+    while not interrupted():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(step_s, left))
+
+
 def write_state(gang_dir: str, host: str, state: dict) -> None:
     os.makedirs(gang_dir, mode=0o700, exist_ok=True)
     tmp = os.path.join(gang_dir, ".%s.tmp" % host)
@@ -140,7 +150,7 @@ class ActionModule(ActionBase):
                     display.display("  [%s] %s; stopping this node's part" % (host, reason))
                     self._stop(job, jobs_dir, reason, task_vars)
                     continue
-            time.sleep(poll_s)
+            sleep_unless_interrupted(poll_s)
 
         if current.get("state") != "unreachable":
             try:

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A Linux interface name as the kernel allows it in practice (no spaces, quotes or slashes).
+IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class JobSpec:
     join_timeout_s: float = 120.0
     # Seconds of silence in every node's log after which the job counts as hung and is stopped; 0 is off.
     hang_timeout_s: int = 0
+    # Before a node's first output of an attempt, its silence counts towards hang_timeout_s only past this.
+    hang_startup_s: float = 0.0
+    # The interface of this node's cluster address: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME where nothing sets them.
+    iface: str = ""
     # Launches of the whole gang again after a failure, each on the next of restart_ports.
     max_restarts: int = 0
     restart_ports: tuple[int, ...] = ()
@@ -109,6 +115,19 @@ def secret_env_sha256(secret_env: dict[str, str]) -> str:
     return hashlib.sha256(render_env_file(secret_env).encode()).hexdigest() if secret_env else ""
 
 
+def iface_lines(iface: str) -> str:
+    """Shell lines that name the cluster address's interface for NCCL and Gloo, unless already named above."""
+    if not iface:
+        return ""
+    if not IFACE_RE.match(iface):
+        raise ValueError("%r is not a network interface name" % iface)
+    quoted = iface
+    return ("# The interface of this node's cluster address, unless an environment file or the job named one:\n"
+            "# Gloo and NCCL would otherwise use the address the hostname resolves to (127.0.1.1 on many servers).\n"
+            'export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-%s}" GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"\n'
+            % (quoted, quoted))
+
+
 def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | None = None) -> str:
     """The bash script the supervisor runs; it can also be run by hand to repeat this node's launch."""
     job_dir = os.path.dirname(env_path)
@@ -127,6 +146,7 @@ def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | No
         "%(env_files)s"
         ". %(env)s\n"
         "%(secret_env)s"
+        "%(iface)s"
         "# The supervisor gives each attempt its master port (a restart takes the next of restart_ports).\n"
         "GPUFLEET_MASTER_PORT=${GPUFLEET_MASTER_PORT:-%(port)d}\n"
         "export MASTER_PORT=$GPUFLEET_MASTER_PORT MLP_WORKER_0_PORT=$GPUFLEET_MASTER_PORT\n"
@@ -142,5 +162,6 @@ def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | No
         "secret_env": ". %s\n" % shlex.quote(secret_env_path) if spec.secret_env_sha256 and secret_env_path else "",
         "env_files": "".join("if [ -r %s ]; then . %s; fi\n" % (shlex.quote(f), shlex.quote(f)) for f in spec.env_files),
         "port": spec.master_port,
+        "iface": iface_lines(spec.iface),
         "body": body,
     }

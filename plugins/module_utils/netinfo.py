@@ -74,5 +74,21 @@ def ib_traffic_bytes(before: list[dict], after: list[dict]) -> dict[str, dict[st
             for port in sorted(new) if port in old}
 
 
+def interface_holding(address: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+    """The interface that holds address, or "" when none does or the node has no `ip` to ask."""
+    try:
+        return interface_of(address, interfaces(run)) or ""
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return ""
+
+
+def hostname_address() -> str:
+    """What this node's hostname resolves to (the first IPv4 answer, as Gloo takes it), or ""."""
+    try:
+        return socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)[0][4][0]
+    except (OSError, IndexError):
+        return ""
+
+
 def hostname() -> dict[str, str]:
     return {"hostname": socket.gethostname().split(".")[0], "fqdn": socket.getfqdn()}

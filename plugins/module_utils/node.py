@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -115,3 +116,18 @@ def python_info(python: str, run: Callable[..., subprocess.CompletedProcess] = s
     info = json.loads(done.stdout.strip().splitlines()[-1])
     info.update(found=True, python=python, path=path)
     return info
+
+
+_ENV_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def env_file_names(paths: Iterable[str]) -> list[str]:
+    """The variable names that the readable ones of these shell environment files assign, sorted."""
+    names: set[str] = set()
+    for path in paths:
+        try:
+            with open(os.path.expanduser(path), errors="replace") as handle:
+                names.update(match.group(1) for match in map(_ENV_ASSIGNMENT.match, handle) if match)
+        except OSError:
+            continue
+    return sorted(names)

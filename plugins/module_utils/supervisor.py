@@ -63,6 +63,8 @@ GANG_FAILURES = ("failed", "stopped", "hung")
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")
 _PR_SET_PDEATHSIG = 1
+# Seconds between the three final heartbeats a supervisor sends before it exits.
+FAREWELL_GAP_S = 0.05
 
 
 def write_json_atomic(path: str, data: dict) -> None:
@@ -342,6 +344,9 @@ class Supervisor:
         self.token = run_token(spec)
         self.grace_s = float(spec.get("grace_s", 5))
         self.hang_timeout_s = float(spec.get("hang_timeout_s") or 0)
+        # An attempt's start (imports, data loading, rendezvous) is often silent for longer than a step: before
+        # this node's first output of the attempt, its silence counts only past this allowance.
+        self.hang_startup_s = float(spec.get("hang_startup_s") or 0)
         self.ports = [int(spec["master_port"])] + [int(p) for p in spec.get("restart_ports") or []]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
@@ -350,6 +355,8 @@ class Supervisor:
         self.outcome: dict = {}
         self.last_output = time.monotonic()
         self.log_size = -1
+        # The log's size when the attempt started: output beyond it is the attempt's own.
+        self.attempt_log_size = -1
         self.next_beat = 0.0
         # The run's processes, each with a pidfd (Linux 5.3+) that becomes readable the moment it exits.
         self.watched: dict[int, int | None] = {}
@@ -405,7 +412,7 @@ class Supervisor:
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
-            "for_peer": outcome.get("for_peer"), "silent_s": round(time.monotonic() - self.last_output, 1),
+            "for_peer": outcome.get("for_peer"), "silent_s": round(self._silence_s(), 1),
         })
 
     def _watch(self) -> None:
@@ -456,6 +463,14 @@ class Supervisor:
         if size != self.log_size:
             self.log_size, self.last_output = size, time.monotonic()
 
+    def _silence_s(self) -> float:
+        """How long this node's log has been silent, for the hang watchdog: counted from the attempt's first output,
+        or, before any, from the attempt's start less the startup allowance (negative while within it)."""
+        now = time.monotonic()
+        if self.log_size > self.attempt_log_size:
+            return now - self.last_output
+        return now - self.attempt_started - self.hang_startup_s
+
     def _gang_stop_reason(self) -> tuple[str, str, str | None] | None:
         """(outcome, reason, peer host) when this node's part must stop because of the gang, else None."""
         if self.gang is None and not self.hang_timeout_s:
@@ -475,7 +490,7 @@ class Supervisor:
                 return ("stopped", "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s"
                         % (host, lost[0], self.gang.lost_after_s), host)
         if self.hang_timeout_s:
-            silences = [time.monotonic() - self.last_output]
+            silences = [self._silence_s()]
             if self.gang is not None:
                 silences += [self.gang.silence_s(rank) for rank in self.gang.peers()]
             if all(s is not None and s >= self.hang_timeout_s for s in silences):
@@ -513,14 +528,21 @@ class Supervisor:
                 close_fds=True,
             )
 
+    def _begin_attempt(self) -> None:
+        self.last_output = self.attempt_started = time.monotonic()
+        self.first_exit_at, self.next_scan = None, 0.0
+        try:
+            self.log_size = self.attempt_log_size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
+        except OSError:
+            self.log_size = self.attempt_log_size = 0  # no log yet: the attempt creates it, empty
+
     def _follower(self) -> bool:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
         return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and self.gang is not None
 
     def _follow_attempt(self, port: int) -> dict:
         """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
-        self.last_output = self.attempt_started = time.monotonic()
-        self.first_exit_at, self.next_scan = None, 0.0
+        self._begin_attempt()
         self._save(state="running", pid=os.getpid(), follower=True, attempt=self.attempt, master_port=port)
         self._log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
                   % (self.spec["node_rank"], self.spec.get("launcher")))
@@ -555,8 +577,7 @@ class Supervisor:
 
     def _run_attempt(self, port: int) -> dict:
         """Run the launch script once; return this node's outcome of the attempt."""
-        self.last_output = self.attempt_started = time.monotonic()
-        self.first_exit_at, self.next_scan = None, 0.0
+        self._begin_attempt()
         child = self._start(port)
         self._save(state="running", pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
         stopping: tuple[str, str, str | None] | None = None
@@ -605,9 +626,13 @@ class Supervisor:
         """
         parts = [self.outcome]
         if self.gang is not None:
-            self._save(phase="this node's part has ended; waiting for the other nodes")
             self._beat("ended", force=True)
-            while self.stop_reason is None:
+            # Waiting for the others only matters when the gang may launch again together; a part that failed
+            # with no restart left (or was stopped) has told the others, and this node is done.
+            final = self.outcome.get("outcome") != "succeeded" and not self._may_restart()
+            if not final:
+                self._save(phase="this node's part has ended; waiting for the other nodes")
+            while self.stop_reason is None and not final:
                 pending = [rank for rank in self.gang.peers() if not self._peer_done(rank)]
                 if not pending:
                     break
@@ -627,6 +652,9 @@ class Supervisor:
         ):
             return "stopped"
         return "failed"
+
+    def _may_restart(self) -> bool:
+        return self.attempt <= self.max_restarts and self.stop_reason is None
 
     def _peer_done(self, rank: int) -> bool:
         """Whether peer rank's part of this attempt has ended (or it has moved on, or ended for good)."""
@@ -655,7 +683,7 @@ class Supervisor:
             self.outcome = self._follow_attempt(port) if self._follower() else self._run_attempt(port)
             self.state["attempts"].append(self.outcome)
             gang = self._await_peers()
-            retry = gang == "failed" and self.attempt <= self.max_restarts and self.stop_reason is None
+            retry = gang == "failed" and self._may_restart()
             if not retry:
                 break
             self.attempt += 1
@@ -675,12 +703,16 @@ class Supervisor:
             stop_reason=self.outcome.get("reason") or self.stop_reason,
             stopped_for=self.outcome.get("for_peer"),
             gang=gang,
+            # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
+            # report orders it by this even when this node ended before counting it lost.
+            peers_last_heard={self.gang.host(rank): round(self.gang.last_heard_wall(rank), 3)
+                              for rank in self.gang.peers() if rank in self.gang.heard} if self.gang else {},
         )
         if self.gang is not None:
-            # Say it a few times, so a peer still waiting for this node's end hears it.
+            # Say it a few times, a moment apart, so that one lost datagram does not leave a peer waiting.
             for _beat in range(3):
                 self._beat("ended", final=True, force=True)
-                self.gang.receive(self.gang.heartbeat_s / 2)
+                time.sleep(FAREWELL_GAP_S)
             self.gang.close()
         return 0
 

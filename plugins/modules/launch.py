@@ -151,6 +151,20 @@ options:
         stopped on every node, with the state C(hung). 0 turns the watchdog off.
     type: int
     default: 0
+  hang_startup_s:
+    description:
+      - Allowance for an attempt's silent start (imports, data loading, rendezvous). Before a node's first output
+        of an attempt, its silence counts towards O(hang_timeout_s) only past this many seconds.
+    type: float
+    default: 0
+  iface:
+    description:
+      - The network interface that carries this node's cluster address (as M(gpufleet.cluster.node_probe) finds it).
+        C(NCCL_SOCKET_IFNAME) and C(GLOO_SOCKET_IFNAME) are set to it in the launch script unless an environment file
+        or O(env) already sets them, so that Gloo and NCCL never use the address the hostname resolves to
+        (C(127.0.1.1) on a Debian or Ubuntu server gpufleet did not provision).
+    type: str
+    default: ""
   max_restarts:
     description:
       - After a failure, launch the whole gang again, up to this many times, on the next port of
@@ -261,7 +275,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE, JobSpec, secret_env_sha256
+from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+    ENV_NAME_RE, IFACE_RE, JobSpec, secret_env_sha256,
+)
 
 
 def supervisor_source() -> str:
@@ -298,6 +314,8 @@ def build_spec(params: dict) -> JobSpec:
         heartbeat_misses=params["heartbeat_misses"],
         join_timeout_s=params["join_timeout_s"],
         hang_timeout_s=params["hang_timeout_s"],
+        hang_startup_s=params["hang_startup_s"],
+        iface=params["iface"],
         max_restarts=params["max_restarts"],
         restart_ports=tuple(params["restart_ports"]),
         launcher=params["launcher"],
@@ -320,6 +338,8 @@ def validate(module: AnsibleModule, params: dict) -> None:
         module.fail_json(msg="script: must be relative to workdir when script_content is given, got %s" % params["script"])
     if not 1 <= params["master_port"] <= 65535:
         module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
+    if params["iface"] and not IFACE_RE.match(params["iface"]):
+        module.fail_json(msg="iface: %r is not a network interface name" % params["iface"])
     nodes = params["nodes"] or []
     if nodes:
         if len(nodes) != params["nnodes"] or any(len(node) != 2 for node in nodes):
@@ -369,6 +389,8 @@ def main() -> None:
             "heartbeat_misses": {"type": "int", "default": 5},
             "join_timeout_s": {"type": "float", "default": 120},
             "hang_timeout_s": {"type": "int", "default": 0},
+            "hang_startup_s": {"type": "float", "default": 0},
+            "iface": {"type": "str", "default": ""},
             "max_restarts": {"type": "int", "default": 0},
             "restart_ports": {"type": "list", "elements": "int", "default": []},
             "launcher": {"type": "str", "default": "torchrun",

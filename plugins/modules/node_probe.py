@@ -44,6 +44,16 @@ options:
     description: Report in RV(launcher_missing) what the node lacks for this launcher (C(deepspeed), C(mpirun), C(horovodrun)).
     type: str
     default: torchrun
+  address:
+    description:
+      - This node's cluster address (an IP literal). The interface that holds it is returned as RV(iface), for
+        C(NCCL_SOCKET_IFNAME) and C(GLOO_SOCKET_IFNAME) on nodes where nothing sets them.
+    type: str
+  env_files:
+    description: Environment files of the node (the nccl_env role's); the names they set are returned as RV(env_file_names).
+    type: list
+    elements: path
+    default: []
   extra_ports:
     description: Pick this many more free TCP ports, different from each other and from RV(free_port) (the relaunch ports of O(job)).
     type: int
@@ -97,6 +107,22 @@ free_ports:
   type: list
   elements: int
   sample: [29617, 29544]
+iface:
+  description: The interface that holds O(address), or an empty string (no O(address), or no interface holds it).
+  returned: always
+  type: str
+  sample: eth0
+hostname_address:
+  description: The address this node's hostname resolves to (C(127.0.1.1) on a Debian or Ubuntu server as installed).
+  returned: always
+  type: str
+  sample: 127.0.1.1
+env_file_names:
+  description: The variable names that the readable ones of O(env_files) set.
+  returned: always
+  type: list
+  elements: str
+  sample: [GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME]
 port_in_use:
   description: Whether O(check_port) is taken.
   returned: when O(check_port) is given
@@ -106,7 +132,7 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node
 
 
 def main() -> None:
@@ -119,6 +145,8 @@ def main() -> None:
             "check_port": {"type": "int"},
             "extra_ports": {"type": "int", "default": 0},
             "launcher": {"type": "str", "default": "torchrun"},
+            "address": {"type": "str"},
+            "env_files": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
@@ -130,6 +158,9 @@ def main() -> None:
         # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
         "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),
     }
+    result["iface"] = netinfo.interface_holding(params["address"]) if params["address"] else ""
+    result["hostname_address"] = netinfo.hostname_address()
+    result["env_file_names"] = node.env_file_names(params["env_files"])
     result["launcher_missing"] = node.launcher_missing(params["launcher"], result["python"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))

@@ -84,15 +84,20 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     failed = [r for r in results if r.get("state") in FAILED_STATES]
     if not failed:
         return None
-    # A node whose supervisor vanished, or that went silent, failed when the others last heard it.
-    last_heard: dict[str, float] = {}
+    # A node whose supervisor vanished, or that went silent, failed when the others last heard it: as recorded when
+    # they counted it lost, else the latest time any of them heard it before ending.
+    lost_at: dict[str, float] = {}
+    heard_at: dict[str, float] = {}
     for result in results:
         for host, since in (result.get("peers_lost") or {}).items():
-            last_heard[host] = min(since, last_heard.get(host, since))
+            lost_at[host] = min(since, lost_at.get(host, since))
+        for host, since in (result.get("peers_last_heard") or {}).items():
+            heard_at[host] = max(since, heard_at.get(host, since))
 
     def when(result: Mapping[str, Any]) -> float:
-        if result.get("state") in ("lost", "unreachable") and result.get("host") in last_heard:
-            return last_heard[str(result.get("host"))]
+        host = str(result.get("host"))
+        if result.get("state") in ("lost", "unreachable") and (host in lost_at or host in heard_at):
+            return lost_at.get(host, heard_at.get(host, float("inf")))
         return result.get("first_exit_at") or result.get("ended_at") or float("inf")
 
     return min(failed, key=lambda r: (when(r), r.get("node_rank", 0)))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from test_supervision import probe_all, wait_gone
+from jobfaults import probe_all, wait_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "scripts")

@@ -3,135 +3,28 @@
 Each test runs tests/cluster/scripts/faulty_train.py (torch.distributed over
 gloo, one all_reduce per step) through train.yml over SSH, breaks something,
 and measures how long it takes until no process of the job is left on any
-node. The bound is printed ("BOUND ...") and asserted. Faults are injected
-through podman (signals by PID, a stopped container, a disconnected network),
+node, read from the host's /proc (jobfaults.py, hostview.py). The bound is
+printed ("BOUND ...") and asserted. Faults are injected from the host (signals
+by PID) and through podman (a stopped container, a disconnected network),
 never through the job's own tools.
 """
 
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
 
 import testbed
 from bounds import report as report_bound
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAULTY = os.path.join(HERE, "scripts", "faulty_train.py")
-
-# Run inside a node by /usr/bin/python3: the job's processes (by their environment, or the supervisor by its
-# command line), its state.json and how many step lines its log has.
-PROBE = r"""
-import json, os, sys
-job = sys.argv[1]
-folder = "/root/.gpufleet/jobs/" + job
-found = []
-for name in os.listdir("/proc"):
-    if not name.isdigit():
-        continue
-    try:
-        with open("/proc/%s/environ" % name, "rb") as f:
-            env = dict(e.decode("utf-8", "replace").split("=", 1) for e in f.read().split(b"\0") if b"=" in e)
-        with open("/proc/%s/cmdline" % name, "rb") as f:
-            cmd = [c.decode("utf-8", "replace") for c in f.read().split(b"\0")]
-        with open("/proc/%s/stat" % name) as f:
-            stat = f.read()
-    except OSError:
-        continue
-    if stat[stat.rfind(")") + 2:].startswith("Z"):
-        continue
-    supervisor = len(cmd) > 1 and cmd[1] == folder + "/supervisor.py"
-    if supervisor or env.get("GPUFLEET_JOB") == job:
-        kind = "supervisor" if supervisor else ("worker" if "LOCAL_RANK" in env else "agent")
-        found.append({"pid": int(name), "kind": kind, "rank": env.get("RANK"), "local_rank": env.get("LOCAL_RANK")})
-state = None
-try:
-    with open(folder + "/state.json") as f:
-        state = json.load(f)
-except (OSError, ValueError):
-    pass
-steps = 0
-try:
-    with open(folder + "/job.log", errors="replace") as f:
-        steps = sum(1 for line in f if line.startswith("step "))
-except OSError:
-    pass
-print(json.dumps({"processes": found, "state": state, "steps": steps}))
-"""
-
-
-def probe(cluster, node, job):
-    done = cluster.node_exec(node, "python3", "-c", PROBE, job)
-    if done.returncode != 0:
-        return {"processes": [], "state": None, "steps": 0, "unreachable": True}
-    return json.loads(done.stdout.decode())
-
-
-def probe_all(cluster, job, nodes=None):
-    """Every node probed at once (one podman exec each, in threads)."""
-    nodes = nodes or cluster.nodes
-    found = {}
-    threads = [threading.Thread(target=lambda n=n: found.__setitem__(n, probe(cluster, n, job))) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return found
-
-
-def wait_for(predicate, timeout=120.0, step=0.3, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("%s not met within %.0f s" % (what, timeout))
-
-
-def wait_training(cluster, job, steps=3, nodes=None):
-    """Until every node's log shows at least steps training steps."""
-    return wait_for(lambda: (lambda f: f if all(p["steps"] >= steps for p in f.values()) else None)(
-        probe_all(cluster, job, nodes)), what="training on every node")
-
-
-def wait_gone(cluster, job, nodes=None, timeout=60.0):
-    """Until no process of the job is left on the nodes; returns the wall-clock time it was seen so."""
-    wait_for(lambda: not any(p["processes"] for p in probe_all(cluster, job, nodes).values()), timeout=timeout,
-             step=0.1, what="no process of %s on %s" % (job, ", ".join(nodes or cluster.nodes)))
-    return time.time()
-
-
-def pid_of(found, kind, rank=None):
-    for process in found["processes"]:
-        if process["kind"] == kind and (rank is None or process["rank"] == str(rank)):
-            return process["pid"]
-    raise AssertionError("no %s (rank %s) in %s" % (kind, rank, found))
-
-
-def train(cluster, job, *extra, script_args="--steps 400", nproc=1):
-    return cluster.start_playbook(
-        "train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, "-e", "nproc_per_node=%d" % nproc,
-        "-e", "script_args='%s'" % script_args, *extra, log_name="%s.out" % job)
-
-
-def train_detached(cluster, job, steps):
-    run = cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, "-e", "nproc_per_node=1",
-                           "-e", "script_args='--steps %d'" % steps, "-e", "wait=false")
-    assert run.rc == 0, run.out[-3000:]
+from jobfaults import (TERMINAL, kill_in_node, pid_of, probe, probe_all, train, train_detached, wait_for, wait_gone,
+                       wait_training)
 
 
 def logs_fetched(cluster, job):
     return {node: os.path.getsize(os.path.join(cluster.state, "logs", job, "%s.log" % node))
             for node in cluster.nodes if os.path.exists(os.path.join(cluster.state, "logs", job, "%s.log" % node))}
-
-
-def kill_in_node(cluster, node, pid, signum=signal.SIGKILL):
-    cluster.node_exec(node, "kill", "-%d" % signum, str(pid), check=True)
-    return time.time()
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +35,7 @@ def _cluster_ready(provisioned):
 def test_a_rank_exiting_1_stops_the_gang_and_keeps_the_checkpoint(cluster):
     job = "sup-exit"
     run = train(cluster, job, script_args="--steps 400 --fail-rank 1 --fail-step 24")
-    failed = wait_for(lambda: (lambda p: p if (p["state"] or {}).get("attempts") else None)(
+    failed = wait_for(cluster, job, lambda: (lambda p: p if (p["state"] or {}).get("attempts") else None)(
         probe(cluster, "node1", job)), what="node1's part ending")
     fault_at = failed["state"]["attempts"][0]["first_exit_at"]
     report_bound("rank exit 1 -> nothing left on any node", wait_gone(cluster, job) - fault_at, 10)
@@ -253,9 +146,10 @@ def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster)
     # The stop wrote nothing in the other job's folder (the log and state may grow; names, modes and owners stay).
     assert [line.split()[-1] for line in files_before.decode().splitlines()[1:]] == \
         [line.split()[-1] for line in files_after.decode().splitlines()[1:]]
-    final = wait_for(lambda: (lambda f: f if all((p["state"] or {}).get("state") in ("succeeded", "failed", "stopped",
-                                                                                        "hung") for p in f.values())
-                              else None)(probe_all(cluster, keep)), timeout=120, what="the kept job ending")
+    final = wait_for(cluster, keep, lambda: (lambda f: f if all((p["state"] or {}).get("state") in TERMINAL
+                                                                  for p in f.values())
+                                             else None)(probe_all(cluster, keep)), timeout=120,
+                     what="the kept job ending")
     assert [final[node]["state"]["state"] for node in cluster.nodes] == ["succeeded"] * 3
     assert all(found["state"]["state"] == "stopped" for found in probe_all(cluster, stop).values())
 
@@ -285,7 +179,7 @@ def test_a_node_whose_container_stops_mid_training_attached(cluster):
         done = run.finish()
     finally:
         testbed.podman("start", testbed.PREFIX + "node2")
-        testbed.scan_host_key(cluster.addresses["node2"])
+        testbed.scan_host_key(cluster.addresses["node2"], testbed.ssh_port(2))
     assert done.rc != 0
     assert "job sup-node-down failed on node2 (node_rank 2): the node stopped answering" in done.out
     assert {"node0", "node1"} <= set(logs_fetched(cluster, job))
@@ -306,7 +200,7 @@ def test_a_node_cut_off_from_the_network_mid_training_detached(cluster):
                      wait_gone(cluster, job, nodes=["node2"]) - cut_at, 20)
     finally:
         testbed.podman("network", "connect", "--ip", cluster.addresses["node2"], testbed.NETWORK, container)
-        testbed.scan_host_key(cluster.addresses["node2"])
+        testbed.scan_host_key(cluster.addresses["node2"], testbed.ssh_port(2))
     status = cluster.playbook("status.yml", "-e", "job=%s" % job)
     assert status.rc == 0
     for node in ("node0", "node1"):

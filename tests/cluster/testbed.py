@@ -21,6 +21,7 @@ Every address it touches is one of its own containers.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -54,8 +55,10 @@ NODE_PACKAGES = WHEELS + [DEEPSPEED]
 SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg"]
 
 # Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
-# server's init does: sshd as a daemon with a pid file (so a test can stop sshd alone), then wait forever.
-# The first start seeds the controller's key and a Debian installer's /etc/hosts (127.0.1.1 <hostname>).
+# server's init does: sshd as a daemon with a pid file (so a test can stop sshd alone), on the port in
+# GPUFLEET_TEST_SSH_PORT, then wait forever. The first start seeds the controller's key and a Debian installer's
+# /etc/hosts line (127.0.1.1 <hostname>). On a node whose /etc/hosts the runtime manages (a bind mount, not
+# --no-hosts) the line is added to the runtime's file in place, which keeps the bind mount.
 NODE_INIT = r"""
 set -e
 mkdir -p /run/sshd /root/.ssh
@@ -63,14 +66,23 @@ chmod 700 /root/.ssh
 if [ ! -e /var/lib/gpufleet-test-seeded ]; then
     cat /seed/controller.pub >> /root/.ssh/authorized_keys
     chmod 600 /root/.ssh/authorized_keys
-    printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$(hostname)" > /etc/hosts
-    hostname > /etc/hostname
+    if grep -q ' /etc/hosts ' /proc/self/mountinfo; then
+        printf '127.0.1.1\t%s\n' "$(hostname)" >> /etc/hosts
+    else
+        printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$(hostname)" > /etc/hosts
+        hostname > /etc/hostname
+    fi
     touch /var/lib/gpufleet-test-seeded
 fi
 ssh-keygen -A
-/usr/sbin/sshd -e
+/usr/sbin/sshd -e -p "${GPUFLEET_TEST_SSH_PORT:-22}"
 exec sleep infinity
 """
+# Nodes as users have them (shared/TESTBED.md): node1 keeps the runtime's bind-mounted /etc/hosts (it is never
+# stopped or disconnected by the fault tests, which would make podman rewrite that file), and node2's sshd
+# listens on 2222, as Docker-based nodes' often do. Every node starts with the 127.0.1.1 line.
+RUNTIME_HOSTS_NODES = (1,)
+SSH_PORTS = {2: 2222}
 
 
 def log(message: str) -> None:
@@ -158,33 +170,42 @@ def container_name(index: int) -> str:
     return PREFIX + node_name(index)
 
 
+def ssh_port(index: int) -> int:
+    return SSH_PORTS.get(index, 22)
+
+
 def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: str) -> None:
     name = container_name(index)
     podman("rm", "--force", "--time", "0", name, check=False)
+    hosts = [] if index in RUNTIME_HOSTS_NODES else ["--no-hosts"]
     podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
-           "--ip", ADDRESS % (FIRST_HOST + index), "--no-hosts", "--volume", "%s:/seed:ro" % seed,
+           "--ip", ADDRESS % (FIRST_HOST + index), *hosts, "--env", "GPUFLEET_TEST_SSH_PORT=%d" % ssh_port(index),
+           "--volume", "%s:/seed:ro" % seed,
            "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--volume", "%s:/nvidia-repo:ro" % nvidia_repo,
            "--label", "gpufleet-test=1",
            "--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
            "/bin/sh", "-c", NODE_INIT)
 
 
-def scan_host_key(address: str, timeout: float = 60.0) -> str:
+def scan_host_key(address: str, port: int = 22, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", address], capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(["ssh-keyscan", "-T", "2", "-p", str(port), "-t", "ed25519", address],
+                              capture_output=True, text=True, check=False)
         if done.stdout.strip():
             return done.stdout.strip()
         time.sleep(0.5)
     raise RuntimeError("sshd on %s did not answer within %.0f s" % (address, timeout))
 
 
-def write_inventory(state: str, count: int, key: str, known_hosts: str, nccl_tests_archive: str) -> str:
+def write_inventory(state: str, indices: list[int], key: str, known_hosts: str, nccl_tests_archive: str,
+                    name: str = "hosts.yml") -> str:
     lines = ["---", "# Written by tests/cluster/testbed.py: the test cluster's nodes, in rank order.", "gpu_nodes:",
              "  hosts:"]
-    for index in range(count):
+    for index in indices:
         lines += ["    %s:" % node_name(index), "      ansible_host: %s" % (ADDRESS % (FIRST_HOST + index))]
+        if ssh_port(index) != 22:
+            lines += ["      ansible_port: %d" % ssh_port(index)]
     lines += [
         "  vars:",
         "    ansible_user: root",
@@ -203,41 +224,68 @@ def write_inventory(state: str, count: int, key: str, known_hosts: str, nccl_tes
         "    # prints nccl-tests' layout with fixed figures.",
         "    nccl_tests_archive: %s" % nccl_tests_archive,
     ]
-    path = os.path.join(state, "hosts.yml")
+    path = os.path.join(state, name)
     with open(path, "w") as handle:
         handle.write("\n".join(lines) + "\n")
     return path
 
 
+def prepare() -> None:
+    """Everything the nodes are made from (system packages, image, wheelhouse, stand-in repository), made once.
+
+    Holds a lock while it works: `make test` runs it in the background during lint and the unit tests, and the
+    cluster stage's own call waits for that one, then finds everything made."""
+    os.makedirs(CACHE, exist_ok=True)
+    with open(os.path.join(CACHE, "prepare.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_system_packages()
+        ensure_image()
+        ensure_wheelhouse()
+        standin_repo.build(os.path.join(CACHE, "nvidia-standin"))
+        standin_repo.build_nccl_tests_archive(CACHE)
+
+
 def up(state: str, count: int) -> dict:
+    """A fresh cluster of nodes 0..count-1 (whatever an earlier run left is removed first)."""
     ensure_system_packages()
     os.makedirs(state, exist_ok=True)
+    down()  # whatever an interrupted run left behind
+    return start_nodes(state, list(range(count)))
+
+
+def start_nodes(state: str, indices: list[int], name: str = "hosts.yml") -> dict:
+    """Start the nodes of these indices on the project's network and write their inventory (state/name)."""
     image = ensure_image()
     wheelhouse = ensure_wheelhouse()
     nvidia_repo = os.path.join(CACHE, "nvidia-standin")
     standin_repo.build(nvidia_repo)
-    down()  # whatever an interrupted run left behind
     ensure_network()
     key = controller_key(state)
     seed = os.path.join(state, "seed")
     os.makedirs(seed, exist_ok=True)
     shutil.copy(key + ".pub", os.path.join(seed, "controller.pub"))
-    for index in range(count):
+    for index in indices:
         start_node(index, image, seed, wheelhouse, nvidia_repo)
-    known_hosts = os.path.join(state, "known_hosts")
+    known_hosts = os.path.join(state, "known_hosts-" + name)
     with open(known_hosts, "w") as handle:
-        for index in range(count):
-            handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index)) + "\n")
+        for index in indices:
+            handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index), ssh_port(index)) + "\n")
     nccl_tests_archive = standin_repo.build_nccl_tests_archive(CACHE)
-    inventory = write_inventory(state, count, key, known_hosts, nccl_tests_archive)
-    info = {"inventory": inventory, "nodes": [node_name(i) for i in range(count)],
-            "containers": [container_name(i) for i in range(count)],
-            "addresses": [ADDRESS % (FIRST_HOST + i) for i in range(count)], "key": key, "known_hosts": known_hosts,
+    inventory = write_inventory(state, indices, key, known_hosts, nccl_tests_archive, name)
+    info = {"inventory": inventory, "nodes": [node_name(i) for i in indices],
+            "containers": [container_name(i) for i in indices],
+            "addresses": [ADDRESS % (FIRST_HOST + i) for i in indices], "key": key, "known_hosts": known_hosts,
             "wheelhouse": wheelhouse, "nvidia_repo": nvidia_repo}
-    with open(os.path.join(state, "testbed.json"), "w") as handle:
+    record = "testbed.json" if name == "hosts.yml" else os.path.splitext(name)[0] + ".json"
+    with open(os.path.join(state, record), "w") as handle:
         json.dump(info, handle, indent=2)
-    log("%d nodes up: %s" % (count, ", ".join(info["addresses"])))
+    log("%d nodes up: %s" % (len(indices), ", ".join(info["addresses"])))
     return info
+
+
+def remove_nodes(indices: list[int]) -> None:
+    for index in indices:
+        podman("rm", "--force", "--time", "0", container_name(index), check=False)
 
 
 def down(state: str | None = None) -> None:
@@ -256,8 +304,8 @@ def stop_sshd(index: int) -> None:
 
 
 def start_sshd(index: int) -> None:
-    node_exec(index, "/usr/sbin/sshd", "-e")
-    scan_host_key(ADDRESS % (FIRST_HOST + index))
+    node_exec(index, "/usr/sbin/sshd", "-e", "-p", str(ssh_port(index)))
+    scan_host_key(ADDRESS % (FIRST_HOST + index), ssh_port(index))
 
 
 def node_exec(index: int, *command: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -273,8 +321,13 @@ def main() -> None:
     start.add_argument("--state", required=True)
     stop = sub.add_parser("down")
     stop.add_argument("--state")
+    ready = sub.add_parser("prepare", help="make the image, the wheelhouse and the stand-in repository, once")
+    ready.add_argument("--wait-background", action="store_true",
+                       help="(what it does anyway) wait for a prepare already running, e.g. make test's")
     args = parser.parse_args()
-    if args.action == "up":
+    if args.action == "prepare":
+        prepare()
+    elif args.action == "up":
         print(up(os.path.abspath(args.state), args.nodes)["inventory"])
     else:
         down(args.state)

@@ -6,9 +6,14 @@ import json
 def cluster_nodes(host):
     """(name, address) of every node, from the generated MPI hostfile's order and /etc/hosts."""
     entries = []
+    inside = False
+    # Only the etc_hosts role's block: a runtime-managed /etc/hosts (node1's) has a line of podman's for the node too.
     for line in host.file("/etc/hosts").content_string.splitlines():
+        if line.startswith("# BEGIN gpufleet etc_hosts") or line.startswith("# END gpufleet etc_hosts"):
+            inside = line.startswith("# BEGIN")
+            continue
         parts = line.split()
-        if len(parts) >= 2 and parts[1].startswith("node"):
+        if inside and len(parts) >= 2:
             entries.append((parts[1], parts[0]))
     return entries
 

@@ -176,6 +176,35 @@ def test_output_on_one_node_keeps_the_job_from_counting_as_hung(gang):
     assert [g.status(r)["state"] for r in (0, 1)] == ["running", "running"]
 
 
+SILENT_START = "sleep 3; echo started; while true; do sleep 0.1; echo tick; done\n"
+SILENT_FOREVER = "exec sleep 1000\n"
+
+
+def test_a_silent_start_within_the_startup_allowance_is_not_hung(gang):
+    g = gang([SILENT_START, SILENT_START], hang_timeout_s=1, hang_startup_s=10)
+    time.sleep(4.5)
+    assert [g.status(r)["state"] for r in (0, 1)] == ["running", "running"]
+
+
+def test_a_start_silent_past_the_startup_allowance_is_hung(gang):
+    g = gang([SILENT_FOREVER, SILENT_FOREVER], hang_timeout_s=1, hang_startup_s=1)
+    started = time.monotonic()
+    ended = wait_for(g.ended)
+    took = time.monotonic() - started
+    assert [s["state"] for s in ended] == ["hung", "hung"]
+    assert 2 <= took < 2 + 5, took
+
+
+def test_a_failed_part_with_no_restart_left_does_not_wait_for_a_silent_peer(gang):
+    # n1 would be counted lost only after 30 missed heartbeats: n0's failed part must not wait for that.
+    g = gang([FOREVER, "echo started; sleep 2; exit 3\n"], heartbeat_s=1.0, heartbeat_misses=30)
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    os.kill(g.status(0)["supervisor_pid"], signal.SIGKILL)
+    final = wait_for(lambda: g.status(1)["state"] in sup.TERMINAL_STATES and g.status(1), timeout=10)
+    assert final["state"] == "failed" and final["exit_code"] == 3
+    wait_for(lambda: not sup.supervisor_alive(g.status(1)), timeout=5)  # and its supervisor has exited
+
+
 RESTARTABLE = (
     'echo "attempt $GPUFLEET_ATTEMPT port $GPUFLEET_MASTER_PORT"\n'
     'if [ "$GPUFLEET_ATTEMPT" = 1 ] && [ "$NODE_RANK" = 1 ]; then sleep 0.5; exit 7; fi\n'

@@ -95,3 +95,24 @@ def test_the_supervisor_sets_each_attempts_master_port(fake_python, tmp_path):
     job_spec = spec(fake_python, tmp_path)
     assert "--master-port=29501" in run_rendered(job_spec, tmp_path)["argv"]
     assert "--master-port=29777" in run_rendered(job_spec, tmp_path, GPUFLEET_MASTER_PORT="29777")["argv"]
+
+
+def test_the_probed_interface_is_set_for_gloo_and_nccl_where_nothing_names_one(fake_python, tmp_path):
+    seen = run_rendered(spec(fake_python, tmp_path, iface="eno1"), tmp_path)
+    assert seen["env"]["GLOO_SOCKET_IFNAME"] == "eno1" and seen["env"]["NCCL_SOCKET_IFNAME"] == "eno1"
+
+
+def test_an_interface_named_by_a_node_file_or_the_job_wins_over_the_probed_one(fake_python, tmp_path):
+    node_env = tmp_path / "nccl.env"
+    node_env.write_text("export NCCL_SOCKET_IFNAME=ib0\n")
+    job_spec = spec(fake_python, tmp_path, iface="eno1", env_files=(str(node_env),),
+                    env=(("GLOO_SOCKET_IFNAME", "bond0"),))
+    seen = run_rendered(job_spec, tmp_path)
+    assert seen["env"]["NCCL_SOCKET_IFNAME"] == "ib0" and seen["env"]["GLOO_SOCKET_IFNAME"] == "bond0"
+
+
+def test_no_probed_interface_sets_nothing_and_a_bad_name_is_refused(fake_python, tmp_path):
+    seen = run_rendered(spec(fake_python, tmp_path), tmp_path)
+    assert "GLOO_SOCKET_IFNAME" not in seen["env"] and "NCCL_SOCKET_IFNAME" not in seen["env"]
+    with pytest.raises(ValueError, match="not a network interface name"):
+        render_launch_script(spec(fake_python, tmp_path, iface="eth0; rm -rf /"), str(tmp_path / "env"))

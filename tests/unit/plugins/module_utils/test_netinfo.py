@@ -56,3 +56,13 @@ def test_ib_traffic_between_two_readings(tmp_path):
     (tmp_path / "class/infiniband/mlx5_0/ports/1/counters/port_rcv_data").write_text("2002\n")
     after = netinfo.infiniband(str(tmp_path))
     assert netinfo.ib_traffic_bytes(before, after) == {"mlx5_0:1": {"sent": 1000000, "received": 8}}
+
+
+def test_interface_holding_is_empty_when_no_interface_or_no_ip_tool():
+    assert netinfo.interface_holding("192.0.2.11", run=run_ip) == "eno1"
+    assert netinfo.interface_holding("192.0.2.99", run=run_ip) == ""
+
+    def no_ip(cmd, **_kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    assert netinfo.interface_holding("192.0.2.11", run=no_ip) == ""

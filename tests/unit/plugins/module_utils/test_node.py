@@ -84,3 +84,11 @@ def test_launcher_missing_names_what_the_node_lacks():
     assert node.launcher_missing("mpirun", python, nothing).startswith("needs Open MPI's mpirun")
     assert node.launcher_missing("mpirun", python, lambda name: "/usr/bin/" + name) == ""
     assert node.launcher_missing("horovodrun", python, nothing).startswith("needs Horovod")
+
+
+def test_env_file_names_reads_assignments_of_the_readable_files(tmp_path):
+    first = tmp_path / "nccl.env"
+    first.write_text("# gpufleet\nexport NCCL_SOCKET_IFNAME=eth0\nGLOO_SOCKET_IFNAME=eth0\n  export NCCL_IB_HCA='mlx5_0'\n"
+                     "echo not=an_assignment\n")
+    assert node.env_file_names([str(first), str(tmp_path / "missing.env")]) == [
+        "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]

@@ -97,6 +97,16 @@ def test_a_lost_node_came_first_when_the_others_last_heard_it_before_the_collect
     assert "job j failed on node1 (node_rank 1): the supervisor (pid 7) is gone" in report.failure_message("j", results)
 
 
+def test_a_lost_node_that_no_peer_counted_lost_comes_first_by_when_it_was_last_heard():
+    # The others ended before counting node1 lost (node2's rank failed in a collective with node1's dead ranks):
+    # what they recorded is when they last heard node1, before node2's rank failed.
+    results = [dict(OK, state="stopped", stopped_for="node2", peers_last_heard={"node1": 99.1, "node2": 100.1}),
+               dict(OK, host="node1", node_rank=1, state="lost", lost_reason="the supervisor (pid 7) is gone"),
+               dict(OK, host="node2", node_rank=2, state="failed", exit_code=1, first_exit_at=100.0, ended_at=100.2,
+                    peers_last_heard={"node1": 99.6, "node0": 100.2})]
+    assert report.first_failure(results)["host"] == "node1"
+
+
 def test_a_rank_that_ran_on_another_node_than_the_launcher_is_named_with_its_node():
     failed = dict(OK, state="failed", exit_code=3,
                   root_cause={"rank": 4, "local_rank": 0, "exit_code": 3, "host": "node2"})

@@ -1,0 +1,119 @@
+"""The container cluster as tests and benchmarks drive it: playbooks run against its inventory, in the
+foreground or the background, and its nodes seen from the host (hostview.py)."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import testinfra
+
+import hostview
+import testbed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.dirname(sys.executable)
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    out: str
+    seconds: float
+
+    def recap(self) -> dict:
+        """host -> {ok, changed, unreachable, failed, ...} from the PLAY RECAP."""
+        found = {}
+        for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.out, re.M):
+            found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
+        return found
+
+
+class Cluster:
+    def __init__(self, info: dict, state: str) -> None:
+        self.info = info
+        self.state = state
+        self.inventory = info["inventory"]
+        self.nodes = info["nodes"]
+        self.addresses = dict(zip(info["nodes"], info["addresses"]))
+        self.view = hostview.HostView(dict(zip(info["nodes"], info["containers"])))
+
+    def host(self, node: str):
+        return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))
+
+    def playbook(self, name: str, *args: str, timeout: int = 900, fresh_connections: bool = True,
+                 inventory: str | None = None) -> PlaybookRun:
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
+               os.path.join(REPO, "playbooks", name), *args]
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+        if fresh_connections:
+            # New SSH connections: a persistent master from an earlier run would still reach a node whose sshd
+            # was stopped, through its already open session, and one to a node that a test cut off or
+            # restarted may hang.
+            env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = tempfile.mkdtemp(dir=self.state, prefix="cp-")
+        started = time.monotonic()
+        try:
+            done = subprocess.run(cmd, cwd=self.state, env=env, capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+        except subprocess.TimeoutExpired as exc:
+            seen = "".join(part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+                           for part in (exc.stdout, exc.stderr))
+            raise AssertionError("%s did not end within %d s; its output so far:\n%s"
+                                 % (" ".join(cmd), timeout, seen[-6000:])) from None
+        out = done.stdout + done.stderr
+        print("$ %s\n%s" % (" ".join(cmd), out[-6000:]))
+        return PlaybookRun(done.returncode, out, time.monotonic() - started)
+
+    def start_playbook(self, name: str, *args: str, log_name: str = "playbook.log") -> "Background":
+        """ansible-playbook in the background, in its own session (as a terminal's foreground job is)."""
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
+               *args]
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))
+        path = os.path.join(self.state, log_name)
+        handle = open(path, "w")  # pylint: disable=consider-using-with
+        proc = subprocess.Popen(cmd, cwd=self.state, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        return Background(proc, path, handle)
+
+    def node_exec(self, node: str, *command: str, check: bool = False) -> subprocess.CompletedProcess:
+        """A command in the node through podman (not SSH): for breaking and inspecting nodes."""
+        return testbed.podman("exec", testbed.PREFIX + node, *command, check=check)
+
+    def stop_sshd(self, node: str) -> None:
+        testbed.stop_sshd(self.nodes.index(node))
+
+    def start_sshd(self, node: str) -> None:
+        testbed.start_sshd(self.nodes.index(node))
+
+
+class Background:
+    """A playbook running in the background."""
+
+    def __init__(self, proc: subprocess.Popen, path: str, handle) -> None:
+        self.proc, self.path, self.handle = proc, path, handle
+
+    def output(self) -> str:
+        with open(self.path) as handle:
+            return handle.read()
+
+    def finish(self, timeout: float = 300) -> PlaybookRun:
+        started = time.monotonic()
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+            self.handle.close()
+            raise AssertionError("the playbook did not end within %.0f s (now killed); its output so far:\n%s"
+                                 % (timeout, self.output()[-6000:])) from None
+        self.handle.close()
+        out = self.output()
+        print("$ (background) ansible-playbook\n%s" % out[-6000:])
+        return PlaybookRun(rc, out, time.monotonic() - started)
