@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Gang stop on the 3-node container cluster: from a fault until no process of the job is left on any node.
 
-    make bench-gang-stop            # or: .venv/bin/python bench/gang_stop.py [--runs 3] [--keep]
+    make bench-gang-stop            # or: .venv/bin/python bench/gang_stop.py [--runs 3] [--keep] [--reuse]
 
 Brings up the test cluster (tests/cluster/testbed.py), provisions what a job needs (etc_hosts, ssh_mesh,
 nccl_env, python_env), then for each round runs every fault once, in turn: train.yml with
@@ -45,7 +45,7 @@ def rank_exit(cluster: Cluster, job: str) -> float:
 def kill(kind: str, node: str, rank: int | None = None, nproc: int = 1):
     def fault(cluster: Cluster, job: str) -> float:
         run = train(cluster, job, nproc=nproc)
-        found = wait_training(cluster, job)
+        found = wait_training(cluster, job, run=run)
         at = kill_in_node(cluster, node, pid_of(found[node], kind, rank=rank))
         took = wait_gone(cluster, job) - at
         run.finish()
@@ -55,7 +55,7 @@ def kill(kind: str, node: str, rank: int | None = None, nproc: int = 1):
 
 def ctrl_c(cluster: Cluster, job: str) -> float:
     run = train(cluster, job)
-    wait_training(cluster, job)
+    wait_training(cluster, job, run=run)
     at = time.time()
     os.killpg(run.proc.pid, signal.SIGINT)
     took = wait_gone(cluster, job) - at
@@ -78,18 +78,24 @@ def main() -> int:
     parser.add_argument("--state", default=os.path.join(REPO, ".cache", "bench-gang-stop"))
     parser.add_argument("--json", default=os.path.join(REPO, "logs", "bench", "gang_stop.json"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    parser.add_argument("--reuse", action="store_true", help="use the cluster a --keep run left (already provisioned)")
     args = parser.parse_args()
     state = os.path.abspath(args.state)
     try:
-        cluster = Cluster(testbed.up(state, 3), state)
-        done = cluster.playbook("provision.yml", "--tags", "etc_hosts,ssh_mesh,nccl_env,python_env")
-        if done.rc != 0:
-            print(done.out[-3000:])
-            return 1
+        recorded = os.path.join(state, "testbed.json")
+        if args.reuse and os.path.exists(recorded):
+            with open(recorded) as handle:
+                cluster = Cluster(json.load(handle), state)
+        else:
+            cluster = Cluster(testbed.up(state, 3), state)
+            done = cluster.playbook("provision.yml", "--tags", "etc_hosts,ssh_mesh,nccl_env,python_env")
+            if done.rc != 0:
+                print(done.out[-3000:])
+                return 1
         measured: dict[str, list[float]] = {name: [] for name in FAULTS}
         for round_ in range(args.runs):
             for name, fault in FAULTS.items():
-                job = "gs-%s-%d" % (name.split()[0].lower().replace("-", ""), round_)
+                job = "gs-%d-%d" % (list(FAULTS).index(name), round_)
                 seconds = fault(cluster, job)
                 measured[name].append(round(seconds, 2))
                 print("round %d  %-28s %5.2f s" % (round_ + 1, name, seconds), flush=True)

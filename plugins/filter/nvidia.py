@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia, nvidia_hardware
 
 DOCUMENTATION = r"""
 name: nvidia
@@ -17,6 +19,10 @@ version_added: 0.1.0
 description:
   - C(driver_branch_error), C(cuda_driver_error), C(nccl_cuda_error) return why the inputs do not fit together
     (naming the variable), or an empty string; C(reboot_decision) says whether a node must reboot to load its driver.
+  - C(open_modules_error(devices, flavor, host)) says why the open kernel modules cannot drive a node's GPUs (PCI
+    device IDs older than Turing), or an empty string.
+  - C(cuda | nvcc_gencode(devices, host)) is the C(NVCC_GENCODE) for the GPUs found within what that CUDA builds (the
+    toolkit's defaults without known GPUs); it fails naming the host when the toolkit cannot build for a GPU.
   - Versions are compared numerically.
 options:
   _input:
@@ -58,6 +64,17 @@ def nccl_cuda_error(nccl: Any, cuda: Any) -> str:
     return _error(nvidia.check_nccl_for_cuda, nccl, cuda)
 
 
+def open_modules_error(devices: Any, flavor: Any, host: Any) -> str:
+    return nvidia_hardware.open_modules_refusal(str(host), list(devices or []), str(flavor)) or ""
+
+
+def nvcc_gencode(cuda: Any, devices: Any, host: Any) -> str:
+    try:
+        return nvidia_hardware.nvcc_gencode(cuda, list(devices or []), str(host))
+    except nvidia.StackError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def reboot_decision(facts: Any, allowed: Any) -> dict:
     return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
                                   bool(facts.get("gpu_present")), bool(allowed))
@@ -68,4 +85,5 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
-                "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision}
+                "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision,
+                "open_modules_error": open_modules_error, "nvcc_gencode": nvcc_gencode}

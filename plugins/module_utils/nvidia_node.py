@@ -14,6 +14,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
 
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches (0x0680) are not GPUs
+NVSWITCH_CLASS = "0x0680"  # "other bridge": how an NVSwitch shows on the PCI bus (Fabric Manager User Guide)
+# The UEFI global variable SecureBoot (EFI_GLOBAL_VARIABLE GUID); its data byte is 1 when Secure Boot is on.
+SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-e35c4b7b6a7e"
 
 
 def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
@@ -27,6 +30,45 @@ def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
         if sysfs.value(os.path.join(device, "class"))[:6] in DISPLAY_CLASSES:
             found.append({"address": name, "device": sysfs.value(os.path.join(device, "device"))})
     return found
+
+
+def pci_nvswitches(sys_root: str = "/sys") -> list[dict[str, str]]:
+    """NVIDIA NVSwitches on the PCI bus (HGX and DGX boards): Fabric Manager must run where there are any."""
+    base = os.path.join(sys_root, "bus", "pci", "devices")
+    found = []
+    for name in sysfs.entries(base):
+        device = os.path.join(base, name)
+        if (sysfs.value(os.path.join(device, "vendor")) == NVIDIA_VENDOR
+                and sysfs.value(os.path.join(device, "class"))[:6] == NVSWITCH_CLASS):
+            found.append({"address": name, "device": sysfs.value(os.path.join(device, "device"))})
+    return found
+
+
+def in_container(root: str = "/") -> bool:
+    """Whether this node is a container (its GPUs' driver then belongs to the host): the marker files Docker and
+    podman leave, or the `container` variable systemd-nspawn, podman and LXC give PID 1."""
+    if any(os.path.exists(os.path.join(root, marker)) for marker in (".dockerenv", "run/.containerenv")):
+        return True
+    try:
+        with open(os.path.join(root, "proc", "1", "environ"), "rb") as handle:
+            return any(entry.startswith(b"container=") for entry in handle.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def secure_boot(sys_root: str = "/sys") -> bool | None:
+    """True when UEFI Secure Boot is on, False when off or the node boots without UEFI, None when unreadable."""
+    if not os.path.isdir(os.path.join(sys_root, "firmware", "efi")):
+        return False
+    try:
+        with open(os.path.join(sys_root, "firmware", "efi", "efivars", SECURE_BOOT_VAR), "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    # efivarfs: 4 bytes of attributes, then the variable's data (one byte).
+    return len(data) >= 5 and data[4] == 1
 
 
 def loaded_driver(sys_root: str = "/sys") -> str | None:

@@ -43,6 +43,27 @@ gpu_present:
   description: Whether the node has at least one NVIDIA GPU.
   returned: always
   type: bool
+nvswitches:
+  description: NVIDIA NVSwitches on the PCI bus (class C(0x0680)), with C(address) and C(device) id; Fabric Manager
+    must run where there are any.
+  returned: always
+  type: list
+  elements: dict
+infiniband:
+  description: InfiniBand HCAs under O(sys_root) (C(class/infiniband)), each with its ports; GPUDirect RDMA (peermem)
+    is wanted where there are any.
+  returned: always
+  type: list
+  elements: dict
+container:
+  description: Whether the node is a container (C(/.dockerenv), C(/run/.containerenv), or C(container=) in PID 1's
+    environment); a driver belongs on the host, not in a container.
+  returned: always
+  type: bool
+secure_boot:
+  description: Whether UEFI Secure Boot is on (unsigned DKMS modules will not load); null when it cannot be read.
+  returned: always
+  type: bool
 loaded_driver:
   description: Version of the loaded nvidia kernel module, or null.
   returned: always
@@ -57,14 +78,19 @@ installed_driver:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, nvidia_node
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec={"sys_root": {"type": "path", "default": "/sys"}}, supports_check_mode=True)
-    gpus = nvidia_node.pci_gpus(module.params["sys_root"])
+    sys_root = module.params["sys_root"]
+    gpus = nvidia_node.pci_gpus(sys_root)
     module.exit_json(changed=False, gpus=gpus, gpu_present=bool(gpus),
-                     loaded_driver=nvidia_node.loaded_driver(module.params["sys_root"]),
+                     nvswitches=nvidia_node.pci_nvswitches(sys_root),
+                     infiniband=netinfo.infiniband(sys_root),
+                     container=nvidia_node.in_container(),
+                     secure_boot=nvidia_node.secure_boot(sys_root),
+                     loaded_driver=nvidia_node.loaded_driver(sys_root),
                      installed_driver=nvidia_node.installed_driver())
 
 

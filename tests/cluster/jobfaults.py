@@ -30,10 +30,15 @@ def probe_all(cluster, job, nodes=None):
             for node in nodes or cluster.nodes}
 
 
-def wait_for(cluster, job, predicate, timeout=120.0, step=0.3, what="condition", give_up=None):
-    """predicate()'s first true value; on giving up, what every node had of the job is in the failure."""
-    return wait_until(predicate, timeout, "%s (job %s)" % (what, job), step=step,
-                      explain=lambda: cluster.view.describe(job), give_up=give_up)
+def wait_for(cluster, job, predicate, timeout=120.0, step=0.3, what="condition", give_up=None, run=None):
+    """predicate()'s first true value; on giving up, the failure shows what every node had of the job, and the
+    output so far of the playbook that launched it (run, a harness.Background)."""
+    def explain():
+        seen = cluster.view.describe(job)
+        if run is not None:
+            seen += "\n--- the playbook's output so far (last 3000 characters) ---\n" + run.output()[-3000:]
+        return seen
+    return wait_until(predicate, timeout, "%s (job %s)" % (what, job), step=step, explain=explain, give_up=give_up)
 
 
 def ended_early(cluster, job, nodes=None):
@@ -47,10 +52,16 @@ def ended_early(cluster, job, nodes=None):
     return reason
 
 
-def wait_training(cluster, job, steps=3, nodes=None):
-    """Until every node's log shows at least steps training steps; stops early when the job has ended."""
+def wait_training(cluster, job, steps=3, nodes=None, run=None):
+    """Until every node's log shows at least steps training steps; stops early when the job has ended, or when the
+    playbook that launches it has ended without it training."""
+    ended = ended_early(cluster, job, nodes)
+
+    def give_up():
+        return ended() or (("the playbook ended (exit %s)" % run.proc.poll())
+                           if run is not None and run.proc.poll() is not None else None)
     return wait_for(cluster, job, lambda: (lambda f: f if all(p["steps"] >= steps for p in f.values()) else None)(
-        probe_all(cluster, job, nodes)), what="training on every node", give_up=ended_early(cluster, job, nodes))
+        probe_all(cluster, job, nodes)), what="training on every node", give_up=give_up, run=run)
 
 
 def wait_gone(cluster, job, nodes=None, timeout=60.0):

@@ -111,6 +111,7 @@ STANDIN_MAKEFILE = """# gpufleet test stand-in for nccl-tests: no CUDA here. `ma
 all:
 \tmkdir -p build
 \techo "MPI=$(MPI) MPI_HOME=$(MPI_HOME) CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME)" > build/inputs.txt
+\techo "$(NVCC_GENCODE)" > build/gencode.txt
 \tcp all_reduce_perf.sh build/all_reduce_perf
 \tchmod 755 build/all_reduce_perf
 \tdate +%s%N > build/built_at
@@ -137,9 +138,14 @@ TABLE
 """
 
 
-def build_nccl_tests_archive(dest: str, version: str = "2.13.9") -> str:
-    """A source archive shaped like nccl-tests' release (one top folder), holding the stand-in build."""
-    path = os.path.join(dest, "nccl-tests-standin-%s.tar.gz" % version)
+NCCL_TESTS_VERSION = "2.19.6"  # the nccl_tests role's default release
+
+
+def build_nccl_tests_archive(dest: str, version: str = NCCL_TESTS_VERSION) -> str:
+    """A source archive shaped like nccl-tests' release (one top folder), holding the stand-in build; made anew
+    when the stand-in changes (its name carries a hash of its content)."""
+    digest = hashlib.sha256((STANDIN_MAKEFILE + STANDIN_ALL_REDUCE).encode()).hexdigest()[:12]
+    path = os.path.join(dest, "nccl-tests-standin-%s-%s.tar.gz" % (version, digest))
     if os.path.exists(path):
         return path
     os.makedirs(dest, exist_ok=True)

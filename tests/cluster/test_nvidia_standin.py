@@ -9,6 +9,8 @@ NVIDIA's real names and versions but no NVIDIA software (tests/cluster/standin_r
 and the nodes have no GPU. No test here loads a real driver or runs a real NCCL collective.
 """
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.cluster
@@ -54,6 +56,46 @@ def test_bad_inputs_fail_in_preflight_before_any_package_is_touched(cluster, pro
     assert ("node0: " + needle) in run.out.replace("\n        ", " ")
     assert all(counts["changed"] == 0 for counts in run.recap().values())
     assert {node: packages(cluster, node) for node in cluster.nodes} == before
+
+
+# Fake sysfs trees on node0 (the nodes' own /sys is read-only and has no GPU): nvidia_driver_sys_root points there.
+FAKE_SYS = r"""
+set -e
+gpu() { d=$1/bus/pci/devices/0000:18:00.0; mkdir -p $d; echo 0x10de > $d/vendor; echo 0x030200 > $d/class; echo $2 > $d/device; }
+gpu /fake-sys/volta 0x1db1
+gpu /fake-sys/hopper 0x2330
+gpu /fake-sys/secure-boot 0x2330
+mkdir -p /fake-sys/secure-boot/firmware/efi/efivars
+printf '\006\000\000\000\001' > /fake-sys/secure-boot/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e35c4b7b6a7e
+"""
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"nvidia_driver_sys_root": "/fake-sys/volta"},
+     "nvidia_driver_flavor=open needs Turing or newer GPUs, but the GPU 0x1db1 (Volta GV100"),
+    ({"nvidia_driver_sys_root": "/fake-sys/secure-boot"}, "UEFI Secure Boot is on"),
+    ({"nvidia_driver_sys_root": "/fake-sys/hopper", "nvidia_driver_allow_container": False},
+     "this node is a container; a driver installed here would build kernel modules"),
+])
+def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisioned, extra, needle):
+    """Open modules on Volta, Secure Boot without the opt-out, a container with a GPU: refused before any change."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node0", "sh", "-c", FAKE_SYS, check=True)
+    before = {node: packages(cluster, node) for node in cluster.nodes}
+    run = cluster.playbook("provision.yml", "-e", json.dumps(extra))
+    assert run.rc != 0
+    text = run.out.replace("\n        ", " ")
+    assert ("node0: " + needle) in text, run.out[-3000:]
+    variable = {"UEFI": "nvidia_driver_secure_boot_handled", "this node": "nvidia_driver_allow_container"}.get(
+        needle.split()[0], "nvidia_driver_flavor")
+    assert variable in text
+    assert all(counts["changed"] == 0 for counts in run.recap().values())
+    assert {node: packages(cluster, node) for node in cluster.nodes} == before
+    # A Hopper GPU with the open modules passes these guards (the container guard is overridden for test nodes).
+    passing = cluster.playbook("provision.yml", "--tags", "nvidia_driver", "--check", "-e",
+                               json.dumps({"nvidia_driver_sys_root": "/fake-sys/hopper"})).out
+    block = passing.split("Refuse the open kernel modules for GPUs older than Turing]", 1)[1].split("TASK [", 1)[0]
+    assert "ok: [node0]" in block, passing[-3000:]
 
 
 def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned):

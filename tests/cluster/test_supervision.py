@@ -52,7 +52,7 @@ def test_a_rank_exiting_1_stops_the_gang_and_keeps_the_checkpoint(cluster):
 def test_a_sigkilled_rank_names_its_global_and_local_rank(cluster):
     job = "sup-kill-rank"
     run = train(cluster, job, nproc=2)
-    found = wait_training(cluster, job)
+    found = wait_training(cluster, job, run=run)
     fault_at = kill_in_node(cluster, "node1", pid_of(found["node1"], "worker", rank=3))
     report_bound("SIGKILL of a rank -> nothing left on any node", wait_gone(cluster, job) - fault_at, 10)
     done = run.finish()
@@ -65,7 +65,7 @@ def test_a_sigkilled_rank_names_its_global_and_local_rank(cluster):
 def test_a_sigkilled_torchrun_agent_fails_the_job_and_its_orphaned_ranks_are_ended(cluster):
     job = "sup-kill-agent"
     run = train(cluster, job)
-    found = wait_training(cluster, job)
+    found = wait_training(cluster, job, run=run)
     fault_at = kill_in_node(cluster, "node2", pid_of(found["node2"], "agent"))
     report_bound("SIGKILL of a node's torchrun agent -> nothing left on any node", wait_gone(cluster, job) - fault_at,
                  10)
@@ -78,7 +78,7 @@ def test_a_sigkilled_torchrun_agent_fails_the_job_and_its_orphaned_ranks_are_end
 def test_a_sigkilled_supervisor_is_noticed_by_the_other_nodes(cluster):
     job = "sup-kill-supervisor"
     run = train(cluster, job)
-    found = wait_training(cluster, job)
+    found = wait_training(cluster, job, run=run)
     fault_at = kill_in_node(cluster, "node1", pid_of(found["node1"], "supervisor"))
     report_bound("SIGKILL of a node's supervisor -> nothing left on any node", wait_gone(cluster, job) - fault_at, 10)
     done = run.finish()
@@ -98,7 +98,7 @@ def test_sigstop_on_a_rank_is_stopped_and_reported_as_hung(cluster):
     job = "sup-hang"
     hang_timeout = 8
     run = train(cluster, job, "-e", "hang_timeout=%d" % hang_timeout)
-    found = wait_training(cluster, job)
+    found = wait_training(cluster, job, run=run)
     fault_at = kill_in_node(cluster, "node1", pid_of(found["node1"], "worker", rank=1), signal.SIGSTOP)
     report_bound("SIGSTOP of a rank with hang_timeout=%d -> nothing left on any node" % hang_timeout,
                  wait_gone(cluster, job) - fault_at, hang_timeout + 10)
@@ -137,6 +137,9 @@ def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster)
                                      check=True).stdout
     stopped = cluster.playbook("stop.yml", "-e", "job=%s" % stop)
     assert stopped.rc == 0
+    # The logs land under logs/ where ansible-playbook runs (cwd is the cluster's state folder), not in playbooks/.
+    assert set(logs_fetched(cluster, stop)) == set(cluster.nodes)
+    assert not os.path.exists(os.path.join(testbed.REPO, "playbooks", "logs", stop))
     assert all(not found["processes"] for found in probe_all(cluster, stop).values())
     after = probe_all(cluster, keep)
     for node in cluster.nodes:
@@ -157,7 +160,7 @@ def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster)
 def test_ctrl_c_on_an_attached_run_stops_the_job_everywhere_and_fetches_logs(cluster):
     job = "sup-ctrl-c"
     run = train(cluster, job)
-    wait_training(cluster, job)
+    wait_training(cluster, job, run=run)
     pressed_at = time.time()
     os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal sends to its foreground job
     report_bound("Ctrl-C -> nothing left on any node", wait_gone(cluster, job) - pressed_at, 10)
@@ -170,7 +173,7 @@ def test_ctrl_c_on_an_attached_run_stops_the_job_everywhere_and_fetches_logs(clu
 def test_a_node_whose_container_stops_mid_training_attached(cluster):
     job = "sup-node-down"
     run = train(cluster, job)
-    wait_training(cluster, job)
+    wait_training(cluster, job, run=run)
     try:
         cut_at = time.time()
         testbed.podman("stop", "--time", "0", testbed.PREFIX + "node2")

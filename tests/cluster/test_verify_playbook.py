@@ -19,16 +19,20 @@ pytestmark = pytest.mark.cluster
 def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_change(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     host = cluster.host("node1")
-    assert host.file("/opt/nccl-tests/current").linked_to == "/opt/nccl-tests/2.13.9"
-    inputs = host.file("/opt/nccl-tests/2.13.9/src/build/inputs.txt").content_string.split()
+    assert host.file("/opt/nccl-tests/current").linked_to == "/opt/nccl-tests/2.19.6"
+    inputs = host.file("/opt/nccl-tests/2.19.6/src/build/inputs.txt").content_string.split()
     assert inputs == ["MPI=1", "MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi", "CUDA_HOME=/usr/local/cuda",
                       "NCCL_HOME=/usr"]
-    built_at = host.file("/opt/nccl-tests/2.13.9/src/build/built_at").content_string
+    # No GPU and no nvcc on the test nodes: the defaults nccl-tests itself builds for the inventory's CUDA 12.8.
+    gencode = host.file("/opt/nccl-tests/2.19.6/src/build/gencode.txt").content_string.split()
+    assert gencode[0] == "-gencode=arch=compute_60,code=sm_60" and "-gencode=arch=compute_100,code=sm_100" in gencode
+    assert gencode[-1] == "-gencode=arch=compute_120,code=compute_120"
+    built_at = host.file("/opt/nccl-tests/2.19.6/src/build/built_at").content_string
     # The idempotence run did not rebuild (it changed nothing); a run with other make arguments does.
     assert all(counts["changed"] == 0 for counts in provisioned["idempotence"].recap().values())
     run = cluster.playbook("provision.yml", "--tags", "nccl_tests", "-e", '{"nccl_tests_make_args": ["DEBUG=1"]}')
     assert run.rc == 0
-    assert host.file("/opt/nccl-tests/2.13.9/src/build/built_at").content_string != built_at
+    assert host.file("/opt/nccl-tests/2.19.6/src/build/built_at").content_string != built_at
     cluster.playbook("provision.yml", "--tags", "nccl_tests")  # back to the inventory's inputs
 
 

@@ -66,3 +66,34 @@ def test_package_and_torch_versions():
     assert nvidia_node.package_version(("libnccl2",), completed("", rc=1)) is None
     assert nvidia_node.torch_version("python3", completed("2.13.0+cpu\n")) == "2.13.0+cpu"
     assert nvidia_node.torch_version("python3", completed("", rc=1)) is None
+
+
+def test_nvswitches_are_nvidia_bridges(tmp_path):
+    pci(tmp_path, "0000:18:00.0", "0x10de", "0x030200")
+    pci(tmp_path, "0000:05:00.0", "0x10de", "0x068000", "0x22a3")
+    pci(tmp_path, "0000:06:00.0", "0x8086", "0x068000", "0x1234")  # someone else's bridge
+    assert nvidia_node.pci_nvswitches(str(tmp_path)) == [{"address": "0000:05:00.0", "device": "0x22a3"}]
+
+
+def test_container_markers(tmp_path):
+    assert not nvidia_node.in_container(str(tmp_path))
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "1" / "environ").write_bytes(b"PATH=/bin\0HOME=/root\0")
+    assert not nvidia_node.in_container(str(tmp_path))
+    (tmp_path / "proc" / "1" / "environ").write_bytes(b"PATH=/bin\0container=podman\0")
+    assert nvidia_node.in_container(str(tmp_path))
+    other = tmp_path / "docker"
+    other.mkdir()
+    (other / ".dockerenv").write_text("")
+    assert nvidia_node.in_container(str(other))
+
+
+def test_secure_boot_from_efivars(tmp_path):
+    assert nvidia_node.secure_boot(str(tmp_path)) is False  # no UEFI: legacy boot
+    efivars = tmp_path / "firmware" / "efi" / "efivars"
+    efivars.mkdir(parents=True)
+    assert nvidia_node.secure_boot(str(tmp_path)) is False  # UEFI without the variable
+    (efivars / nvidia_node.SECURE_BOOT_VAR).write_bytes(b"\x06\x00\x00\x00\x01")
+    assert nvidia_node.secure_boot(str(tmp_path)) is True
+    (efivars / nvidia_node.SECURE_BOOT_VAR).write_bytes(b"\x06\x00\x00\x00\x00")
+    assert nvidia_node.secure_boot(str(tmp_path)) is False

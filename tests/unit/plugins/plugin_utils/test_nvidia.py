@@ -73,3 +73,17 @@ def test_wrong_nccl_build_is_refused(nccl, cuda, needle):
 ])
 def test_reboot_only_when_the_loaded_driver_differs(installed, loaded, gpu, allowed, reboot):
     assert nvidia.reboot_decision(installed, loaded, gpu, allowed)["reboot"] is reboot
+
+
+def test_the_roles_table_runs_cuda_13_1_and_13_2_only_on_their_branches():
+    import os  # pylint: disable=import-outside-toplevel
+
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(repo, "roles", "cuda_toolkit", "defaults", "main.yml")) as handle:
+        table = yaml.safe_load(handle)["cuda_toolkit_driver_minimum"]
+    assert table["13.1"] == 590 and table["13.2"] == 595
+    with pytest.raises(nvidia.StackError, match="CUDA 13.1 needs driver branch 590 or newer, but nvidia_driver_branch is 580"):
+        nvidia.check_cuda_driver("13.1", 580, table)
+    assert nvidia.check_cuda_driver("13.2", 595, table)["needs"] == 595

@@ -1,0 +1,63 @@
+"""GPU generations from PCI device IDs: the open kernel modules' Turing floor, NVLSM, and nvcc's -gencode list."""
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_hardware as hw
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError
+
+V100, P100, T4, A100, H100, H200, L40S, B200 = "0x1db1", "0x15f8", "0x1eb8", "0x20b0", "0x2330", "0x2335", "0x26b9", "0x2901"
+
+
+def test_compute_capability_by_device_id():
+    assert [hw.gpu_model(d)["capability"] for d in (P100, V100, T4, A100, H100, H200, L40S, B200)] == [
+        (6, 0), (7, 0), (7, 5), (8, 0), (9, 0), (9, 0), (8, 9), (10, 0)]
+    assert hw.gpu_model("0x0001") == {"device": "0x0001", "capability": None, "chip": "unknown"}
+    with pytest.raises(StackError):
+        hw.gpu_model("GV100")
+
+
+def test_open_modules_refuse_volta_and_accept_hopper():
+    refusal = hw.open_modules_refusal("node3", [V100], "open")
+    assert refusal and refusal.startswith("node3: nvidia_driver_flavor=open needs Turing or newer GPUs")
+    assert "0x1db1 (Volta GV100" in refusal
+    assert hw.open_modules_refusal("node3", [P100], "open")
+    assert hw.open_modules_refusal("node3", [H100, H200], "open") is None
+    assert hw.open_modules_refusal("node3", [T4], "open") is None
+    assert hw.open_modules_refusal("node3", [V100], "proprietary") is None
+    # An older chip outside the table (Kepler, 0x1024) is still below Turing's block.
+    assert hw.open_modules_refusal("node3", ["0x1024"], "open")
+
+
+def test_nvlsm_only_with_nvswitches_and_blackwell_data_center_gpus():
+    assert hw.needs_nvlsm([B200] * 8, nvswitch_count=2)
+    assert not hw.needs_nvlsm([H100] * 8, nvswitch_count=4)
+    assert not hw.needs_nvlsm([B200], nvswitch_count=0)
+
+
+def test_gencode_follows_the_gpus_found():
+    assert hw.nvcc_gencode("13.0", [H100, H100, A100]) == (
+        "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
+        "-gencode=arch=compute_90,code=compute_90")
+    assert hw.nvcc_gencode("12.8", [B200]) == (
+        "-gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100")
+
+
+def test_gencode_without_known_gpus_is_the_toolkits_default():
+    assert hw.nvcc_gencode("13.0", []) == " ".join(
+        ["-gencode=arch=compute_%s,code=sm_%s" % (c, c) for c in ("75", "80", "90", "100", "120")]
+        + ["-gencode=arch=compute_120,code=compute_120"])
+    assert "compute_70" in hw.nvcc_gencode("12.8", []) and "compute_100" in hw.nvcc_gencode("12.8", [])
+    assert "compute_100" not in hw.nvcc_gencode("12.4", [])
+
+
+def test_gencode_refuses_a_gpu_the_toolkit_cannot_build_for():
+    with pytest.raises(StackError, match="node2: CUDA 13.0 builds no code for compute capability 7.0"):
+        hw.nvcc_gencode("13.0", [V100], host="node2")
+    with pytest.raises(StackError, match="CUDA 12.4 builds no code for compute capability 10.0"):
+        hw.nvcc_gencode("12.4", [B200])
+
+
+def test_the_device_id_blocks_do_not_overlap():
+    blocks = sorted(hw.COMPUTE_CAPABILITY_BY_DEVICE_ID)
+    for (first, last, _c, chip), (next_first, _l, _n, next_chip) in zip(blocks, blocks[1:]):
+        assert first <= last < next_first, (chip, next_chip)
