@@ -91,3 +91,24 @@ def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):
         iface = raw.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", raw.addresses[node])
         assert 'GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"' % iface in launch, launch
         assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-%s}"' % iface in launch
+
+
+def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):
+    raw = raw_cluster
+    only_nvidia = ("--skip-tags", "etc_hosts,ssh_mesh,nccl_env,mpi,python_env")
+    run = raw.playbook("provision.yml", *only_nvidia, "-e", "gpufleet_nvidia_on_gpu_less_nodes=false")
+    assert run.rc == 0, run.out[-3000:]
+    for node in raw.nodes:
+        # One message per node (the driver role's, naming both variables), and nothing of NVIDIA's on the node.
+        assert run.out.count("%s: no NVIDIA GPU on the PCI bus" % node) == 1, run.out[-3000:]
+        assert "gpufleet_nvidia_on_gpu_less_nodes: true for a build host" in run.out
+        host = raw.host(node)
+        assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
+        assert not host.package("cuda-toolkit-12-8").is_installed and not host.package("libnccl2").is_installed
+    # Opted in, with a repository the nodes cannot reach (a closed port on their own loopback): the failure names
+    # the URL and the variable that points at a mirror.
+    unreachable = raw.playbook("provision.yml", *only_nvidia, "-e", "gpufleet_nvidia_mirror=http://127.0.0.1:9")
+    assert unreachable.rc != 0
+    text = unreachable.out.replace("\n        ", " ")
+    assert "cannot download NVIDIA's repository key http://127.0.0.1:9/debian12/x86_64/3bf863cc.pub" in text, text[-3000:]
+    assert "set gpufleet_nvidia_mirror to a mirror of https://developer.download.nvidia.com/compute/cuda/repos" in text
