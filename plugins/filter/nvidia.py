@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia, nvidia_hardware
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia, nvidia_hardware, nvidia_packaging
 
 DOCUMENTATION = r"""
 name: nvidia
@@ -23,6 +23,10 @@ description:
     device IDs older than Turing), or an empty string.
   - C(cuda | nvcc_gencode(devices, host)) is the C(NVCC_GENCODE) for the GPUs found within what that CUDA builds (the
     toolkit's defaults without known GPUs); it fails naming the host when the toolkit cannot build for a GPU.
+  - C(devices | needs_nvlsm(nvswitch_count)) says whether Fabric Manager there also needs the NVLink subnet manager.
+  - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
+    C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
+    C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository.
   - Versions are compared numerically.
 options:
   _input:
@@ -75,6 +79,10 @@ def nvcc_gencode(cuda: Any, devices: Any, host: Any) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def needs_nvlsm(devices: Any, nvswitch_count: Any) -> bool:
+    return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvswitch_count or 0))
+
+
 def reboot_decision(facts: Any, allowed: Any) -> dict:
     return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
                                   bool(facts.get("gpu_present")), bool(allowed))
@@ -86,4 +94,9 @@ class FilterModule:
     def filters(self) -> dict:
         return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
                 "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision,
-                "open_modules_error": open_modules_error, "nvcc_gencode": nvcc_gencode}
+                "open_modules_error": open_modules_error, "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm,
+                "versionlock_missing": nvidia_packaging.versionlock_missing,
+                "versionlock_stale": nvidia_packaging.versionlock_stale,
+                "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,
+                "grep_files": nvidia_packaging.grep_files,
+                "apt_sources_for": nvidia_packaging.apt_sources_for}

@@ -25,6 +25,11 @@ options:
     description: Where sysfs is mounted.
     type: path
     default: /sys
+  driver_packages:
+    description: Driver packages whose installed version to return as RV(driver_package_version) (the first found).
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -64,6 +69,11 @@ secure_boot:
   description: Whether UEFI Secure Boot is on (unsigned DKMS modules will not load); null when it cannot be read.
   returned: always
   type: bool
+driver_package_version:
+  description: The installed version (dpkg or rpm) of the first of O(driver_packages) found, or null.
+  returned: always
+  type: str
+  sample: 570.124.06-1
 loaded_driver:
   description: Version of the loaded nvidia kernel module, or null.
   returned: always
@@ -82,7 +92,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, n
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"sys_root": {"type": "path", "default": "/sys"}}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec={"sys_root": {"type": "path", "default": "/sys"},
+                                          "driver_packages": {"type": "list", "elements": "str", "default": []}},
+                           supports_check_mode=True)
     sys_root = module.params["sys_root"]
     gpus = nvidia_node.pci_gpus(sys_root)
     module.exit_json(changed=False, gpus=gpus, gpu_present=bool(gpus),
@@ -91,7 +103,9 @@ def main() -> None:
                      container=nvidia_node.in_container(),
                      secure_boot=nvidia_node.secure_boot(sys_root),
                      loaded_driver=nvidia_node.loaded_driver(sys_root),
-                     installed_driver=nvidia_node.installed_driver())
+                     installed_driver=nvidia_node.installed_driver(),
+                     driver_package_version=nvidia_node.package_version(tuple(module.params["driver_packages"]))
+                     if module.params["driver_packages"] else None)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ def pytest_terminal_summary(terminalreporter):
 OWN_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdwdWZsZWV0LXRlc3QtdXNlcnMtb3duLWtleS0wMDAwMDA0 user-own-key"
 
 
+KEYRING_SOURCE = (
+    "cp /nvidia-repo/debian12/x86_64/3bf863cc.pub /usr/share/keyrings/cuda-archive-keyring.asc && "
+    "echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.asc] file:///nvidia-repo/debian12/x86_64/ /' "
+    "> /etc/apt/sources.list.d/cuda-debian12-x86_64.list")
 RENDEZVOUS_PORTS = range(29500, 30000)
 
 
@@ -89,6 +93,9 @@ def provisioned(cluster):
     for node in cluster.nodes:
         # A key the user had before gpufleet: it must survive provisioning.
         cluster.node_exec(node, "sh", "-c", "echo '%s' >> /root/.ssh/authorized_keys" % OWN_KEY, check=True)
+    # NVIDIA's repository already configured on node0 as the cuda-keyring package does it (its own source file and
+    # key): with gpufleet's source beside it, `apt update` would fail ("Conflicting values set for option Signed-By").
+    cluster.node_exec("node0", "sh", "-c", KEYRING_SOURCE, check=True)
     runs = {
         "converge": cluster.playbook("provision.yml"),
         "idempotence": cluster.playbook("provision.yml"),

@@ -25,9 +25,63 @@ SLUG = "debian12/x86_64"
 
 # (package, version, files {path: content}); names and versions as NVIDIA publishes them.
 PACKAGES: list[tuple[str, str, dict[str, str]]] = []
+# Control fields and maintainer scripts of some packages: the facts that make a role fail when it forgets one.
+EXTRAS: dict[tuple[str, str], dict[str, str]] = {}
+KERNEL = os.uname().release  # the containers run the host's kernel: their `uname -r` is this machine's
+
+# What DKMS does with the driver's module: build it only for a kernel whose headers are installed. The stand-in
+# records the "module" where DKMS installs it, or says why not, as DKMS does.
+DKMS_POSTINST = """#!/bin/sh
+kernel=$(uname -r)
+if [ -d /usr/src/linux-headers-$kernel ]; then
+    mkdir -p /lib/modules/$kernel/updates/dkms
+    echo "%(version)s" > /lib/modules/$kernel/updates/dkms/nvidia.ko
+else
+    echo "dkms: kernel headers for $kernel are not installed; the nvidia module was not built" >&2
+fi
+"""
+DKMS_PRERM = """#!/bin/sh
+rm -f /lib/modules/$(uname -r)/updates/dkms/nvidia.ko
+"""
+# NVIDIA's packaged nvidia-persistenced unit on Debian and Ubuntu runs the daemon with persistence mode off.
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+StopWhenUnneeded=true
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+"""
+FABRICMANAGER_UNIT = """[Unit]
+Description=NVIDIA fabric manager service
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg
+
+[Install]
+WantedBy=multi-user.target
+"""
 for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
     for _name in ("nvidia-open-%s" % _branch, "cuda-drivers-%s" % _branch):
-        PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n"}))
+        PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
+                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
+        EXTRAS[(_name, _version)] = {"Conflicts": "nvidia-open-%s, cuda-drivers-%s" % (
+            "575" if _branch == "570" else "570", "575" if _branch == "570" else "570"),
+            "postinst": DKMS_POSTINST % {"version": _version.split("-")[0]}, "prerm": DKMS_PRERM}
+# Fabric Manager must be the driver's exact version: each stand-in depends on that driver version, and the newer
+# one on a driver the repository does not have, so an unpinned install cannot be satisfied.
+for _version in ("570.124.06-1", "570.133.20-1"):
+    PACKAGES.append(("nvidia-fabricmanager-570", _version, {
+        "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
+        "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
+    EXTRAS[("nvidia-fabricmanager-570", _version)] = {
+        "Depends": "nvidia-open-570 (= {0}) | cuda-drivers-570 (= {0})".format(_version)}
+# This machine's kernel has no Debian headers package: a stand-in under the name the driver role installs.
+PACKAGES.append(("linux-headers-%s" % KERNEL, "1.0-gpufleet", {
+    "/usr/src/linux-headers-%s/.gpufleet-standin" % KERNEL: "stand-in kernel headers\n"}))
 for _cuda, _version, _build in (("12.8", "12.8.1-1", "V12.8.93"), ("12.9", "12.9.1-1", "V12.9.86")):
     _dash = _cuda.replace(".", "-")
     PACKAGES.append(("cuda-toolkit-%s" % _dash, _version, {
@@ -36,6 +90,13 @@ for _cuda, _version, _build in (("12.8", "12.8.1-1", "V12.8.93"), ("12.9", "12.9
                                                % (_cuda, _build),
         "/usr/local/cuda-%s/version.json" % _cuda: '{"cuda": {"version": "%s"}}\n' % _version.split("-")[0],
     }))
+    # NVIDIA's toolkit packages (cuda-toolkit-config-common) manage /usr/local/cuda with update-alternatives
+    # (name "cuda"), the newest toolkit winning in automatic mode: a plain link the role forced would be undone.
+    _priority = int(_cuda.replace(".", ""))
+    EXTRAS[("cuda-toolkit-%s" % _dash, _version)] = {
+        "postinst": "#!/bin/sh\nupdate-alternatives --install /usr/local/cuda cuda /usr/local/cuda-%s %d\n"
+                    % (_cuda, _priority),
+        "prerm": "#!/bin/sh\nupdate-alternatives --remove cuda /usr/local/cuda-%s\n" % _cuda}
 for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9"):
     _nccl = _version.split("-")[0]
     PACKAGES.append(("libnccl2", _version, {"/usr/lib/x86_64-linux-gnu/libnccl.so.%s" % _nccl: ""}))
@@ -51,10 +112,17 @@ def _deb(work: str, name: str, version: str, files: dict[str, str]) -> str:
         with open(target, "w") as handle:
             handle.write(content)
         os.chmod(target, 0o755 if "/bin/" in path else 0o644)
+    extra = EXTRAS.get((name, version), {})
+    fields = "".join("%s: %s\n" % (key, value) for key, value in extra.items() if key[0].isupper())
     with open(os.path.join(root, "DEBIAN", "control"), "w") as handle:
         handle.write("Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: gpufleet tests <tests@example.invalid>\n"
-                     "Description: gpufleet test stand-in for %s\n Carries the real package name and version only;"
-                     " no NVIDIA software.\n" % (name, version, name))
+                     "%sDescription: gpufleet test stand-in for %s\n Carries the real package name and version only;"
+                     " no NVIDIA software.\n" % (name, version, fields, name))
+    for script in ("postinst", "prerm"):
+        if script in extra:
+            with open(os.path.join(root, "DEBIAN", script), "w") as handle:
+                handle.write(extra[script])
+            os.chmod(os.path.join(root, "DEBIAN", script), 0o755)
     deb = os.path.join(work, "%s_%s_all.deb" % (name, version.replace(":", "%3a")))
     subprocess.run(["dpkg-deb", "--root-owner-group", "--build", root, deb], check=True, stdout=subprocess.DEVNULL)
     return deb
@@ -67,11 +135,22 @@ def _stanza(deb: str, filename: str) -> str:
     return "%s\nFilename: ./%s\nSize: %d\nSHA256: %s\n" % (control, filename, len(data), hashlib.sha256(data).hexdigest())
 
 
+def _read_stamp(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
 def build(dest: str) -> str:
     """Build the repository under dest/<SLUG>; return the mirror root to give the roles (a file:// URL)."""
     repo = os.path.join(dest, SLUG)
-    if os.path.exists(os.path.join(repo, "InRelease")):
+    recipe = hashlib.sha256(repr((PACKAGES, sorted(EXTRAS.items()))).encode()).hexdigest()
+    stamp = os.path.join(dest, ".recipe")
+    if os.path.exists(os.path.join(repo, "InRelease")) and _read_stamp(stamp) == recipe:
         return "file://" + dest
+    shutil.rmtree(repo, ignore_errors=True)  # made anew when its content changes, not only when absent
     os.makedirs(repo, exist_ok=True)
     work = tempfile.mkdtemp(prefix="standin-")
     gnupg = tempfile.mkdtemp(prefix="gnupg-")
@@ -100,6 +179,8 @@ def build(dest: str) -> str:
         subprocess.run(gpg + ["--armor", "--output", os.path.join(repo, KEY_NAME), "--export"], check=True)
         subprocess.run(gpg + ["--clearsign", "--output", os.path.join(repo, "InRelease"),
                               os.path.join(repo, "Release")], check=True, capture_output=True)
+        with open(stamp, "w") as handle:
+            handle.write(recipe)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(gnupg, ignore_errors=True)

@@ -25,15 +25,21 @@ def packages(cluster, node):
 def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisioned):
     run = provisioned["converge"]
     assert run.rc == 0
-    for node in cluster.nodes:
+    for node in ("node0", "node1"):  # node2 has a (fake) H100: see the next test
         assert "%s: no NVIDIA GPU on the PCI bus; the driver is not installed" % node in run.out
         installed = packages(cluster, node)
         assert "nvidia-open-570" not in installed and "cuda-drivers-570" not in installed
+        assert "nvidia-fabricmanager-570" not in installed
         assert installed["cuda-toolkit-12-8"][0] == "12.8.1-1"
         assert installed["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
         assert installed["libnccl-dev"] == ("2.26.2-1+cuda12.8", "hold")
         host = cluster.host(node)
         assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-12.8"
+        # Through the alternatives system the toolkit packages use, set by hand, so that installing a newer
+        # toolkit (a higher priority) does not move it.
+        query = host.check_output("update-alternatives --query cuda").splitlines()
+        assert "Value: /usr/local/cuda-12.8" in query and "Status: manual" in query
+        assert host.file("/usr/local/cuda").linked_to == host.file("/etc/alternatives/cuda").linked_to
         assert "release 12.8" in host.check_output("bash -lc 'nvcc --version'")
         sources = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").content_string
         assert "URIs: file:///nvidia-repo/debian12/x86_64/" in sources
@@ -41,6 +47,66 @@ def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisio
     # The NVIDIA roles took part in the idempotence and check-mode runs that changed nothing.
     for name in ("idempotence", "check"):
         assert "gpufleet.cluster.nccl : Install NCCL" in provisioned[name].out
+
+
+def merged_exec_start(unit: str, drop_ins: list[str]) -> list[str]:
+    """The ExecStart lines systemd runs for a unit and its drop-ins (an empty ExecStart= resets the list)."""
+    found: list[str] = []
+    for text in [unit] + drop_ins:
+        for line in text.splitlines():
+            if line.startswith("ExecStart="):
+                value = line.split("=", 1)[1].strip()
+                found = found + [value] if value else []
+    return found
+
+
+def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_no_peermem(cluster, provisioned):
+    """node2 has a fake H100 and a fake NVSwitch (tests/cluster/testbed.py FAKE_SYS); node1 a fake InfiniBand HCA."""
+    run = provisioned["converge"]
+    assert run.rc == 0
+    host = cluster.host("node2")
+    kernel = host.check_output("uname -r")
+    installed = packages(cluster, "node2")
+    # The stand-in driver builds its "module" only where the running kernel's headers are installed, as DKMS does.
+    assert installed["linux-headers-%s" % kernel][0] == "1.0-gpufleet"
+    assert installed["nvidia-open-570"] == ("570.124.06-1", "hold")
+    assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "570.124.06"
+    # Fabric Manager at exactly the driver's version (a newer one exists in the repository), held with it.
+    assert installed["nvidia-fabricmanager-570"] == ("570.124.06-1", "hold")
+    assert "node2: systemd is not this node's init, so nvidia-fabricmanager is installed but not started" in \
+        run.out.replace("\n        ", " ")
+    # What the node will run for nvidia-persistenced: the packaged unit turns persistence mode off; the drop-in wins.
+    unit = host.file("/lib/systemd/system/nvidia-persistenced.service").content_string
+    drop_in = host.file("/etc/systemd/system/nvidia-persistenced.service.d/gpufleet.conf").content_string
+    assert "--no-persistence-mode" in unit
+    assert merged_exec_start(unit, [drop_in]) == ["/usr/bin/nvidia-persistenced --verbose"]
+    # peermem is loaded at boot where the InfiniBand HCA is (node1), and nowhere else.
+    assert cluster.host("node1").file("/etc/modules-load.d/nvidia-peermem.conf").content_string.splitlines()[-1] == \
+        "nvidia-peermem"
+    for node in ("node0", "node2"):
+        assert not cluster.host(node).file("/etc/modules-load.d/nvidia-peermem.conf").exists
+
+
+def test_an_existing_cuda_keyring_source_is_set_aside_for_one_source_with_one_key(cluster, provisioned):
+    """node0 had NVIDIA's repository configured as the cuda-keyring package does (conftest.KEYRING_SOURCE)."""
+    assert provisioned["converge"].rc == 0
+    host = cluster.host("node0")
+    assert not host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
+    assert "cuda-archive-keyring" in host.file(
+        "/etc/apt/sources.list.d/cuda-debian12-x86_64.list.disabled-by-gpufleet").content_string
+    update = host.run("apt-get update")
+    assert update.rc == 0 and "Conflicting values" not in update.stderr, update.stderr
+
+
+def test_a_fabric_manager_version_other_than_the_drivers_fails_in_preflight(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    before = {node: packages(cluster, node) for node in cluster.nodes}
+    run = cluster.playbook("provision.yml", "-e", "nvidia_fabricmanager_version=570.133.20-1")
+    assert run.rc != 0
+    assert ("node2: nvidia_fabricmanager_version=570.133.20-1 differs from the installed driver's 570.124.06-1"
+            in run.out.replace("\n        ", " ")), run.out[-3000:]
+    assert all(counts["changed"] == 0 for counts in run.recap().values())
+    assert {node: packages(cluster, node) for node in cluster.nodes} == before
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -83,6 +83,20 @@ exec sleep infinity
 # listens on 2222, as Docker-based nodes' often do. Every node starts with the 127.0.1.1 line.
 RUNTIME_HOSTS_NODES = (1,)
 SSH_PORTS = {2: 2222}
+# Hardware the nodes do not have, as fake sysfs trees under /fake-sys (gpufleet_sys_root in the inventory; the
+# nodes' own /sys is read-only): node1 an InfiniBand HCA (peermem), node2 an H100 and an NVSwitch (the driver and
+# Fabric Manager). No module is loaded and no service started from them: they make the roles decide.
+FAKE_SYS_ROOT = "/fake-sys"
+_FAKE_PCI = ('d={root}/bus/pci/devices/{address}; mkdir -p $d; echo 0x10de > $d/vendor; echo {klass} > $d/class; '
+             'echo {device} > $d/device\n')
+_FAKE_HCA = ("p={root}/class/infiniband/mlx5_0/ports/1; mkdir -p $p/counters {root}/class/infiniband/mlx5_0/device/net/ib0"
+             "; echo '4: ACTIVE' > $p/state; echo InfiniBand > $p/link_layer; echo 0 > $p/counters/port_xmit_data"
+             "; echo 0 > $p/counters/port_rcv_data\n")
+FAKE_SYS = {
+    1: _FAKE_HCA.format(root=FAKE_SYS_ROOT),
+    2: (_FAKE_PCI.format(root=FAKE_SYS_ROOT, address="0000:18:00.0", klass="0x030200", device="0x2330")
+        + _FAKE_PCI.format(root=FAKE_SYS_ROOT, address="0000:05:00.0", klass="0x068000", device="0x22a3")),
+}
 
 
 def log(message: str) -> None:
@@ -185,6 +199,8 @@ def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: 
            "--label", "gpufleet-test=1",
            "--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
            "/bin/sh", "-c", NODE_INIT)
+    if index in FAKE_SYS:
+        podman("exec", name, "/bin/sh", "-c", "set -e\n" + FAKE_SYS[index])
 
 
 def scan_host_key(address: str, port: int = 22, timeout: float = 60.0) -> str:
@@ -206,6 +222,8 @@ def write_inventory(state: str, indices: list[int], key: str, known_hosts: str, 
         lines += ["    %s:" % node_name(index), "      ansible_host: %s" % (ADDRESS % (FIRST_HOST + index))]
         if ssh_port(index) != 22:
             lines += ["      ansible_port: %d" % ssh_port(index)]
+        if index in FAKE_SYS:
+            lines += ["      gpufleet_sys_root: %s" % FAKE_SYS_ROOT]
     lines += [
         "  vars:",
         "    ansible_user: root",

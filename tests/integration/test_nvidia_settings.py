@@ -16,19 +16,24 @@ PLAYBOOK = os.path.join(REPO, "tests", "integration", "playbooks", "render_nvidi
 MIRROR = "https://developer.download.nvidia.com/compute/cuda/repos"
 APT = {"driver_open": ["nvidia-open-570"], "driver_proprietary": ["cuda-drivers-570"], "kind": "apt",
        "driver_hold": ["nvidia-open-570"], "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
-       "nccl_hold": ["libnccl2", "libnccl-dev"]}
+       "nccl_hold": ["libnccl2", "libnccl-dev"], "headers": ["linux-headers-6.1.0-test"],
+       "fabricmanager": ["nvidia-fabricmanager-570=570.124.06-1"], "fabricmanager_hold": ["nvidia-fabricmanager-570"]}
 DNF = {"driver_open": ["@nvidia-driver:570-open"], "driver_proprietary": ["@nvidia-driver:570-dkms"], "kind": "dnf",
        "driver_hold": ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-kmod-common"],
-       "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"]}
+       "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"],
+       "fabricmanager": ["@nvidia-driver:570/fm"], "fabricmanager_hold": ["nvidia-fabric-manager", "libnvidia-nscq-570"]}
+# The running kernel's headers as NVIDIA's installation guide installs them: EL 8 by kernel, EL 9 kernel-devel-matched.
+DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
+DNF9 = dict(DNF, headers=["kernel-devel-matched", "kernel-headers"])
 SUPPORTED = [
     ("Ubuntu", "20", "x86_64", "ubuntu2004/x86_64", APT),
     ("Ubuntu", "22", "x86_64", "ubuntu2204/x86_64", APT),
     ("Ubuntu", "24", "aarch64", "ubuntu2404/sbsa", APT),
     ("Debian", "12", "x86_64", "debian12/x86_64", APT),
-    ("Rocky", "8", "x86_64", "rhel8/x86_64", DNF),
-    ("Rocky", "9", "aarch64", "rhel9/sbsa", DNF),
-    ("RedHat", "8", "x86_64", "rhel8/x86_64", DNF),
-    ("RedHat", "9", "x86_64", "rhel9/x86_64", DNF),
+    ("Rocky", "8", "x86_64", "rhel8/x86_64", DNF8),
+    ("Rocky", "9", "aarch64", "rhel9/sbsa", DNF9),
+    ("RedHat", "8", "x86_64", "rhel8/x86_64", DNF8),
+    ("RedHat", "9", "x86_64", "rhel9/x86_64", DNF9),
 ]
 
 

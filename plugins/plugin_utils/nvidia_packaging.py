@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Package-manager rules of the NVIDIA roles: dnf version locks by exact name, EL's Open MPI paths, and apt
+sources that already point at NVIDIA's repository (the cuda-keyring package's, or an old .list).
+
+Pure functions over what the nodes print or hold; the roles call them through gpufleet.cluster filters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# `dnf versionlock list` prints NAME-[EPOCH:]VERSION-RELEASE.* (NVIDIA driver installation guide, "Version locking").
+_EPOCH_RE = re.compile(r"^\d+:")
+
+
+def versionlock_name(entry: str) -> str:
+    """The package name of one versionlock entry: 'libnccl-devel-0:2.26.2-1+cuda12.8.*' -> 'libnccl-devel'."""
+    parts = entry.strip().split("-")
+    for index, part in enumerate(parts):
+        if index and _EPOCH_RE.match(part):
+            return "-".join(parts[:index])
+    return "-".join(parts[:-2]) if len(parts) > 2 else parts[0]
+
+
+def versionlock_entries(listing: str) -> list[str]:
+    """The lock entries of `dnf versionlock list` output (headers and blank lines left out)."""
+    return [line.strip() for line in listing.splitlines()
+            if line.strip() and not line.startswith(("Last metadata", "Updating", "#")) and "-" in line]
+
+
+def versionlock_missing(listing: str, names: Iterable[str]) -> list[str]:
+    """The names that hold no lock yet, matched exactly ('libnccl' is not locked by 'libnccl-devel-...')."""
+    locked = {versionlock_name(entry) for entry in versionlock_entries(listing)}
+    return [name for name in names if name not in locked]
+
+
+def versionlock_stale(listing: str, wanted: Mapping[str, str]) -> list[str]:
+    """The lock entries of the wanted names at another version: removed before the wanted version is installed
+    (a lock left from the previous version would keep dnf from moving to the new one)."""
+    stale = []
+    for entry in versionlock_entries(listing):
+        name = versionlock_name(entry)
+        if name not in wanted:
+            continue
+        version = entry[len(name) + 1:]
+        version = _EPOCH_RE.sub("", version)
+        if not version.startswith(str(wanted[name]) + ".") and version.rstrip(".*") != str(wanted[name]):
+            stale.append(entry)
+    return stale
+
+
+def el_openmpi_paths(architecture: str) -> dict[str, str]:
+    """Where EL's openmpi-devel puts Open MPI: headers under /usr/include/openmpi-<arch>, libraries under
+    /usr/lib64/openmpi/lib (Fedora/EL packaging guidelines for MPI). nccl-tests wants both under one MPI_HOME."""
+    return {"include": "/usr/include/openmpi-%s" % architecture, "lib": "/usr/lib64/openmpi/lib",
+            "bin": "/usr/lib64/openmpi/bin"}
+
+
+def grep_files(output: str) -> dict[str, str]:
+    """`grep -H` output (path:line per line) as {path: its matching lines}."""
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        path, sep, text = line.partition(":")
+        if sep:
+            found[path] = found.get(path, "") + text + "\n"
+    return found
+
+
+def apt_sources_for(sources: Mapping[str, str], repository_url: str, own_file: str) -> list[str]:
+    """The apt source files, other than own_file, that already name repository_url (NVIDIA's repository): the
+    cuda-keyring package's cuda-<distro>-<arch>.list, or one written by hand. Two sources of one repository with
+    different Signed-By keys make `apt update` fail ("Conflicting values set for option Signed-By")."""
+    wanted = repository_url.rstrip("/")
+    found = []
+    for path, text in sorted(sources.items()):
+        if path == own_file or not path.endswith((".list", ".sources")):
+            continue  # apt reads only *.list and *.sources (a file set aside by gpufleet is neither)
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            urls = re.findall(r"(?:https?|file)://[^\s\]]+", line)
+            if any(url.rstrip("/") == wanted for url in urls):
+                found.append(path)
+                break
+    return found

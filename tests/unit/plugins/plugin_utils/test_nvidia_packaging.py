@@ -1,0 +1,46 @@
+"""dnf version locks by exact name, EL's Open MPI paths, other apt sources of NVIDIA's repository."""
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_packaging as pkg
+
+LOCKS = """Last metadata expiration check: 0:01:02 ago on Sun 22 Nov 2026.
+libnccl-devel-0:2.26.2-1+cuda12.8.*
+nvidia-driver-cuda-libs-3:575.51-1.fc41.*
+kmod-nvidia-open-dkms-3:575.51-1.fc41.*
+"""
+
+
+def test_lock_names_are_read_exactly():
+    assert pkg.versionlock_name("libnccl-devel-0:2.26.2-1+cuda12.8.*") == "libnccl-devel"
+    assert pkg.versionlock_name("kmod-nvidia-open-dkms-3:575.51-1.fc41.*") == "kmod-nvidia-open-dkms"
+    assert pkg.versionlock_name("libnccl-2.26.2-1+cuda12.8.*") == "libnccl"  # no epoch: version and release last
+
+
+def test_a_lock_of_libnccl_devel_does_not_count_as_a_lock_of_libnccl():
+    assert pkg.versionlock_missing(LOCKS, ["libnccl", "libnccl-devel"]) == ["libnccl"]
+    assert pkg.versionlock_missing(LOCKS, ["nvidia-driver-cuda-libs"]) == []
+
+
+def test_a_bump_replaces_the_lock_of_the_old_version():
+    wanted = {"libnccl": "2.26.5-1+cuda12.8", "libnccl-devel": "2.26.5-1+cuda12.8"}
+    assert pkg.versionlock_stale(LOCKS, wanted) == ["libnccl-devel-0:2.26.2-1+cuda12.8.*"]
+    assert pkg.versionlock_stale(LOCKS, {"libnccl-devel": "2.26.2-1+cuda12.8"}) == []
+
+
+def test_el_openmpi_headers_and_libraries():
+    assert pkg.el_openmpi_paths("x86_64") == {"include": "/usr/include/openmpi-x86_64", "lib": "/usr/lib64/openmpi/lib",
+                                              "bin": "/usr/lib64/openmpi/bin"}
+    assert pkg.el_openmpi_paths("aarch64")["include"] == "/usr/include/openmpi-aarch64"
+
+
+def test_other_sources_of_the_same_repository_are_found():
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64"
+    grep = ("/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list:deb [signed-by=/usr/share/keyrings/cuda-archive-"
+            "keyring.gpg] %s/ /\n"
+            "/etc/apt/sources.list.d/nvidia-cuda.sources:URIs: %s/\n"
+            "/etc/apt/sources.list.d/notes.list:# deb %s/ / (commented out)\n"
+            "/etc/apt/sources.list.d/other.list:deb %s-extra/ /\n"
+            "/etc/apt/sources.list.d/old.list.disabled-by-gpufleet:deb %s/ /\n") % (url, url, url, url, url)
+    files = pkg.grep_files(grep)
+    assert len(files) == 5
+    assert pkg.apt_sources_for(files, url, "/etc/apt/sources.list.d/nvidia-cuda.sources") == [
+        "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list"]
