@@ -27,9 +27,11 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         results = {str(host): dict(facts) for host, facts in (self._task.args.get("results") or {}).items()}
         table = verify.stack_table(results)
-        display.display("GPU stack on %d node(s)\n%s" % (len(results), table))
+        services = verify.services_table(results)
+        display.display("GPU stack on %d node(s)\n%s\n\nNVIDIA services\n%s" % (len(results), table, services))
         problems = verify.stack_problems(results, dict(self._task.args.get("expected_gpus") or {}))
-        result.update(changed=False, table=table.splitlines(), problems=problems)
+        problems += verify.services_problems(results)
+        result.update(changed=False, table=table.splitlines(), services=services.splitlines(), problems=problems)
         if problems:
             result.update(failed=True, msg="; ".join(problems))
         return result

@@ -136,3 +136,31 @@ def torch_version(python: str, run: Callable[..., subprocess.CompletedProcess] =
     if done.returncode != 0:
         return None
     return done.stdout.strip() or None
+
+
+def persistence_mode(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """Persistence mode as nvidia-smi reports it for the GPUs ("Enabled", "Disabled", or both joined), or None."""
+    try:
+        done = run(["nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"], capture_output=True,
+                   text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    modes = sorted({line.strip() for line in done.stdout.splitlines() if line.strip()})
+    return "/".join(modes) if done.returncode == 0 and modes else None
+
+
+def service_state(name: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+    """`systemctl is-active` of a unit ("active", "inactive", "failed", ...), or "no systemd" where systemd is not
+    the init (a container) or systemctl is missing."""
+    if not os.path.isdir("/run/systemd/system"):
+        return "no systemd"
+    try:
+        done = run(["systemctl", "is-active", name], capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "no systemd"
+    return done.stdout.strip() or "unknown"
+
+
+def module_loaded(name: str, sys_root: str = "/sys") -> bool:
+    """Whether the kernel module (its /sys/module name, with underscores) is loaded."""
+    return os.path.isdir(os.path.join(sys_root, "module", name.replace("-", "_")))

@@ -29,6 +29,20 @@ options:
     description: The CUDA toolkit folder.
     type: path
     default: /usr/local/cuda
+  sys_root:
+    description: Where sysfs is read for NVSwitches (whether Fabric Manager is needed).
+    type: path
+    default: /sys
+  driver_packages:
+    description: The driver packages whose installed version Fabric Manager's must equal (the first found).
+    type: list
+    elements: str
+    default: []
+  fabricmanager_packages:
+    description: Fabric Manager's package names (the first found is reported).
+    type: list
+    elements: str
+    default: [nvidia-fabricmanager, nvidia-fabric-manager]
 """
 
 EXAMPLES = r"""
@@ -64,6 +78,30 @@ torch:
   description: torch's version in the training Python, or null.
   returned: always
   type: str
+driver_package:
+  description: The installed version of the first of O(driver_packages) found, or null.
+  returned: always
+  type: str
+fabricmanager:
+  description: Fabric Manager's installed package version, or null.
+  returned: always
+  type: str
+fabricmanager_state:
+  description: C(systemctl is-active nvidia-fabricmanager), or C(no systemd) where systemd is not the init.
+  returned: always
+  type: str
+fabricmanager_needed:
+  description: Whether the node has NVSwitches (under O(sys_root)), so that CUDA needs Fabric Manager running.
+  returned: always
+  type: bool
+persistence_mode:
+  description: Persistence mode as nvidia-smi reports it (C(Enabled), C(Disabled)), or null without a driver.
+  returned: always
+  type: str
+peermem:
+  description: Whether the nvidia-peermem module (GPUDirect RDMA) is loaded.
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -74,7 +112,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_nod
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"python": {"type": "str", "default": "python3"},
-                       "cuda_home": {"type": "path", "default": "/usr/local/cuda"}},
+                       "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
+                       "sys_root": {"type": "path", "default": "/sys"},
+                       "driver_packages": {"type": "list", "elements": "str", "default": []},
+                       "fabricmanager_packages": {"type": "list", "elements": "str",
+                                                  "default": ["nvidia-fabricmanager", "nvidia-fabric-manager"]}},
         supports_check_mode=True,
     )
     gpus = nvidia_node.nvidia_smi_gpus()
@@ -86,6 +128,13 @@ def main() -> None:
         cuda=nvidia_node.cuda_version(module.params["cuda_home"]),
         nccl=nvidia_node.package_version(("libnccl2", "libnccl")),
         torch=nvidia_node.torch_version(module.params["python"]),
+        driver_package=nvidia_node.package_version(tuple(module.params["driver_packages"]))
+        if module.params["driver_packages"] else None,
+        fabricmanager=nvidia_node.package_version(tuple(module.params["fabricmanager_packages"])),
+        fabricmanager_state=nvidia_node.service_state("nvidia-fabricmanager"),
+        fabricmanager_needed=bool(nvidia_node.pci_nvswitches(module.params["sys_root"])),
+        persistence_mode=nvidia_node.persistence_mode(),
+        peermem=nvidia_node.module_loaded("nvidia-peermem"),
     )
 
 

@@ -16,6 +16,9 @@ description:
   - Prints a line per node (GPUs, model, driver, CUDA, NCCL, torch) from M(gpufleet.cluster.stack_facts) results.
   - Fails naming each field on which the nodes differ, with the nodes per value, and each node with fewer GPUs than
     its inventory's C(gpufleet_gpus).
+  - A second table shows each node's NVIDIA services (Fabric Manager's version and state, persistence mode, whether
+    nvidia-peermem is loaded); it fails naming the node whose Fabric Manager is not the driver's exact version, or
+    whose NVSwitches need Fabric Manager while it is not running.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -45,8 +48,13 @@ table:
   returned: always
   type: list
   elements: str
+services:
+  description: The printed table of NVIDIA services, a line per item.
+  returned: always
+  type: list
+  elements: str
 problems:
-  description: Each disagreement or missing GPU.
+  description: Each disagreement, missing GPU, or Fabric Manager problem.
   returned: always
   type: list
   elements: str

@@ -55,6 +55,42 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
     return problems
 
 
+SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "peermem")
+SERVICE_TITLES = {"fabricmanager": "Fabric Manager", "fabricmanager_state": "state", "persistence_mode": "persistence",
+                  "peermem": "peermem"}
+
+
+def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per node: Fabric Manager's version and state, persistence mode, whether nvidia-peermem is loaded."""
+    header = ["node"] + [SERVICE_TITLES[f] for f in SERVICE_FIELDS]
+    rows = []
+    for host, facts in results.items():
+        cells = [_show(facts.get(f)) for f in SERVICE_FIELDS[:3]] + ["loaded" if facts.get("peermem") else "-"]
+        if not facts.get("fabricmanager_needed") and not facts.get("fabricmanager"):
+            cells[0:2] = ["not needed", "-"]
+        rows.append([host] + cells)
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def services_problems(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each node whose Fabric Manager is not the driver's exact version, or is needed (NVSwitches) and not running."""
+    problems = []
+    for host, facts in results.items():
+        fabric, driver = facts.get("fabricmanager"), facts.get("driver_package")
+        if fabric and driver and fabric != driver:
+            problems.append("%s: Fabric Manager %s is not the driver's version %s; they must be equal" % (
+                host, fabric, driver))
+        if facts.get("fabricmanager_needed") and facts.get("fabricmanager_state") != "active":
+            state = facts.get("fabricmanager_state") or "unknown"
+            problems.append("%s: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is %s" % (
+                host, "not installed" if not fabric else "not running (systemd is not this node's init)"
+                if state == "no systemd" else "not running (%s)" % state))
+    return problems
+
+
 def pair_summary(reports: Mapping[str, Mapping[str, Any]], slow_ratio: float = 0.8) -> dict[str, Any]:
     """Peak busbw of every node pair; pairs below slow_ratio x the median are slow; a node in all slow pairs is named."""
     peaks = {pair: nccl_tests.peak_busbw(report) or 0.0 for pair, report in reports.items()}

@@ -15,6 +15,11 @@ import pytest
 
 pytestmark = pytest.mark.cluster
 
+# node2's fake NVSwitch (tests/cluster/testbed.py FAKE_SYS) makes Fabric Manager needed there, and it cannot run on a
+# node whose init is not systemd: verify.yml rightly fails on it (test_verify_names_a_node_whose_fabric_manager_...).
+# The other verify runs read the nodes' real /sys, where there is no NVSwitch.
+REAL_SYS = ("-e", "gpufleet_sys_root=/sys")
+
 
 def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_change(cluster, provisioned):
     assert provisioned["converge"].rc == 0
@@ -38,7 +43,7 @@ def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_c
 
 def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provisioned):
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml")
+    run = cluster.playbook("verify.yml", *REAL_SYS)
     assert run.rc == 0
     table = run.out.split("GPU stack on 3 node(s)", 1)[1]
     for node in cluster.nodes:
@@ -54,14 +59,14 @@ def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provis
 
 def test_verify_fails_below_the_expected_bandwidth(cluster, provisioned):
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", "-e", "nccl_expected_busbw_gbps=50")
+    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "nccl_expected_busbw_gbps=50")
     assert run.rc != 0
     assert "NCCL check failed: peak bus bandwidth 41.21 GB/s is below the expected 50.00 GB/s" in run.out
 
 
 def test_verify_pairwise_runs_every_pair(cluster, provisioned):
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", "-e", "pairwise=true")
+    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "pairwise=true")
     assert run.rc == 0
     report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
     assert sorted(report["pairwise"]["pairs"]) == ["node0+node1", "node0+node2", "node1+node2"]
@@ -73,11 +78,23 @@ def test_verify_fails_when_the_nodes_disagree(cluster, provisioned):
     bump = cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl", "-e", "nccl_version=2.26.5-1+cuda12.8")
     assert bump.rc == 0
     try:
-        run = cluster.playbook("verify.yml")
+        run = cluster.playbook("verify.yml", *REAL_SYS)
         assert run.rc != 0
         assert ("the nodes' NCCL differ: 2.26.2-1+cuda12.8 on node0, node1; 2.26.5-1+cuda12.8 on node2"
                 in run.out.replace("\n        ", " "))
-        gpus = cluster.playbook("verify.yml", "-e", "gpufleet_gpus=8")
+        gpus = cluster.playbook("verify.yml", *REAL_SYS, "-e", "gpufleet_gpus=8")
         assert "node0 has 0 GPUs, its inventory says 8 (gpufleet_gpus)" in gpus.out.replace("\n        ", " ")
     finally:
         cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl")
+
+
+def test_verify_names_a_node_whose_fabric_manager_is_needed_but_not_running(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("verify.yml")
+    assert run.rc != 0
+    text = run.out.replace("\n        ", " ")
+    assert ("node2: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not running (systemd is "
+            "not this node's init)") in text, text[-3000:]
+    services = run.out.split("NVIDIA services", 1)[1].splitlines()
+    assert any(line.split()[:3] == ["node2", "570.124.06-1", "no"] for line in services), services[:6]
+    assert any(line.split()[:3] == ["node0", "not", "needed"] for line in services)

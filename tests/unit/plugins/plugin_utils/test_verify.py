@@ -45,3 +45,25 @@ def test_report_and_plot_files(tmp_path):
     with open(png, "rb") as handle:
         assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(png) > 5000
+
+
+def test_fabric_manager_must_be_the_drivers_version_and_run_where_nvswitches_are():
+    results = {
+        "n0": {"fabricmanager": None, "fabricmanager_needed": False, "persistence_mode": "Enabled", "peermem": True},
+        "n1": {"fabricmanager": "570.124.06-1", "driver_package": "570.124.06-1", "fabricmanager_state": "active",
+               "fabricmanager_needed": True, "persistence_mode": "Enabled", "peermem": True},
+        "n2": {"fabricmanager": "570.133.20-1", "driver_package": "570.124.06-1", "fabricmanager_state": "active",
+               "fabricmanager_needed": True},
+        "n3": {"fabricmanager": "570.124.06-1", "driver_package": "570.124.06-1", "fabricmanager_state": "no systemd",
+               "fabricmanager_needed": True},
+        "n4": {"fabricmanager": None, "driver_package": "570.124.06-1", "fabricmanager_needed": True},
+    }
+    assert verify.services_problems(results) == [
+        "n2: Fabric Manager 570.133.20-1 is not the driver's version 570.124.06-1; they must be equal",
+        "n3: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not running (systemd is not "
+        "this node's init)",
+        "n4: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not installed"]
+    table = verify.services_table(results).splitlines()
+    assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "peermem"]
+    assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "loaded"]
+    assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "loaded"]
