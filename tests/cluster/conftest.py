@@ -66,6 +66,11 @@ def _settle(cluster, when: str, wait_s: float = 0) -> None:
             os.kill(process["pid"], 9)
         except OSError:
             pass
+    # Until they are gone and their ports closed, so that the next test starts clean (this one fails, not the next).
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (cluster.view.processes() or any(
+            p in RENDEZVOUS_PORTS for node in cluster.nodes for p in cluster.view.listening_ports(node))):
+        time.sleep(0.2)
     pytest.fail("%s: processes of earlier jobs were left on the nodes (now killed): %s; rendezvous ports in use: %s"
                 "\n%s" % (when, ["%(node)s pid %(pid)d %(kind)s of %(job)s" % p for p in left], busy, seen))
 

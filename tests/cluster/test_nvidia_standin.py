@@ -152,7 +152,7 @@ def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisi
     assert run.rc != 0
     text = run.out.replace("\n        ", " ")
     assert ("node0: " + needle) in text, run.out[-3000:]
-    variable = {"UEFI": "nvidia_driver_secure_boot_handled", "this node": "nvidia_driver_allow_container"}.get(
+    variable = {"UEFI": "nvidia_driver_secure_boot_handled", "this": "nvidia_driver_allow_container"}.get(
         needle.split()[0], "nvidia_driver_flavor")
     assert variable in text
     assert all(counts["changed"] == 0 for counts in run.recap().values())
