@@ -18,7 +18,7 @@ python=${PYTHON:-python3}
 
 cuda=$("$cuda_home/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 major=${cuda%%.*}
-echo "compile-nccl-tests: CUDA $cuda at $cuda_home; nccl-tests $(cat "$src/src/common.mk" >/dev/null && basename "$src")"
+echo "compile-nccl-tests: CUDA $cuda at $cuda_home; source $src"
 
 "$repo/scripts/install-system-packages.sh" libopenmpi-dev make g++
 mpi_home=/usr/lib/$(uname -m)-linux-gnu/openmpi
@@ -35,9 +35,9 @@ gencode=$(PYTHONPATH="$repo/collections" "$python" -c \
   "$cuda")
 
 args=(MPI=1 "MPI_HOME=$mpi_home" "CUDA_HOME=$cuda_home" "NCCL_HOME=$nccl_home" "NVCC_GENCODE=$gencode")
-echo "compile-nccl-tests: make -C $src/src -j$(nproc) ${args[*]}"
+echo "compile-nccl-tests: make -C $src -j$(nproc) ${args[*]}"
 started=$(date +%s)
-make -C "$src/src" -j"$(nproc)" "${args[@]}" > "$scratch/make.log" 2>&1 || { tail -n 40 "$scratch/make.log"; exit 1; }
+make -C "$src" -j"$(nproc)" "${args[@]}" > "$scratch/make.log" 2>&1 || { tail -n 40 "$scratch/make.log"; exit 1; }
 echo "compile-nccl-tests: built in $(( $(date +%s) - started )) s"
 for binary in "$src"/build/*_perf; do
     echo "  $(basename "$binary"): $(LD_LIBRARY_PATH="$nccl_home/lib" ldd "$binary" | grep -oE 'lib(nccl|mpi|cudart)[^ ]*' | sort -u | tr '\n' ' ')"

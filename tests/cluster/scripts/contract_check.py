@@ -48,6 +48,9 @@ def main() -> int:
             sys.stdout.flush()
         if rank == args.fail_rank:
             print("rank %d fails on purpose" % rank, flush=True)
+            # Leave gloo's thread a moment, the GIL free, to release the all_reduce's tensors: a rank that exits at
+            # once can abort in that thread instead of exiting 3 (see examples/train.py).
+            time.sleep(0.2)
             return 3
         time.sleep(0.2)
     dist.destroy_process_group()

@@ -53,8 +53,10 @@ def main() -> int:
                 json.dump({"step": step + 1}, handle)
             os.replace(checkpoint + ".tmp", checkpoint)
         time.sleep(args.step_s)
+    # Every rank done, then the GIL released for gloo's thread to release the last all_reduce (see examples/train.py).
     dist.barrier()
     dist.destroy_process_group()
+    time.sleep(0.5)
     print("rank %d done" % rank, flush=True)
     return 0
 

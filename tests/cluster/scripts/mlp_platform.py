@@ -6,6 +6,7 @@ MLP_MPI_HOSTS and MLP_MPI_NP. Under gpufleet it runs with -e launcher=none.
 """
 
 import os
+import time
 import sys
 
 import torch
@@ -26,7 +27,10 @@ def main() -> int:
     dist.all_reduce(total)
     assert int(total.item()) == nodes * (nodes + 1) // 2
     print("platform script: worker %d of %d, sum %d" % (rank, nodes, total.item()), flush=True)
+    # Every worker done, then the GIL released for gloo's thread to release the all_reduce (see examples/train.py).
+    dist.barrier()
     dist.destroy_process_group()
+    time.sleep(0.5)
     return 0
 
 
