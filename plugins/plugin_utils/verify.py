@@ -25,14 +25,17 @@ def _show(value: Any) -> str:
     return "-" if value in (None, "") else str(value)
 
 
-def stack_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per node: GPUs, model, driver, CUDA, NCCL, torch."""
-    header = ["node"] + [TITLES[f] for f in FIELDS]
-    rows = [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()]
+def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header] + rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def stack_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per node: GPUs, model, driver, CUDA, NCCL, torch."""
+    return _table(["node"] + [TITLES[f] for f in FIELDS],
+                  [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()])
 
 
 def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any]) -> list[str]:
@@ -69,10 +72,7 @@ def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
         if not facts.get("fabricmanager_needed") and not facts.get("fabricmanager"):
             cells[0:2] = ["not needed", "-"]
         rows.append([host] + cells)
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return _table(header, rows)
 
 
 def services_problems(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
