@@ -26,7 +26,8 @@ description:
   - C(devices | needs_nvlsm(nvswitch_count)) says whether Fabric Manager there also needs the NVLink subnet manager.
   - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
-    C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository.
+    C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
+    C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch.
   - Versions are compared numerically.
 options:
   _input:
@@ -99,4 +100,5 @@ class FilterModule:
                 "versionlock_stale": nvidia_packaging.versionlock_stale,
                 "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,
                 "grep_files": nvidia_packaging.grep_files,
+                "branch_packages": nvidia_packaging.branch_packages,
                 "apt_sources_for": nvidia_packaging.apt_sources_for}

@@ -53,6 +53,25 @@ def versionlock_stale(listing: str, wanted: Mapping[str, str]) -> list[str]:
     return stale
 
 
+def branch_packages(listing: str, branch: object) -> list[str]:
+    """The installed packages of one driver branch, from `dpkg-query -W -f '${Package} ${Version}\\n'`: NVIDIA's
+    version-locking page asks to lock every package of the branch (kernel module, utilities, compute libraries),
+    not only the metapackage. A package belongs to the branch when its name carries -<branch> or its version starts
+    with <branch>. and its name is one of NVIDIA's driver packages."""
+    number = str(branch)
+    found = []
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, version = parts[0], parts[1]
+        nvidia = name.startswith(("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia"))
+        in_branch = re.search(r"-%s($|-)" % re.escape(number), name) or version.split(":")[-1].startswith(number + ".")
+        if nvidia and in_branch and not name.startswith("nvidia-fabricmanager"):
+            found.append(name)
+    return sorted(set(found))
+
+
 def el_openmpi_paths(architecture: str) -> dict[str, str]:
     """Where EL's openmpi-devel puts Open MPI: headers under /usr/include/openmpi-<arch>, libraries under
     /usr/lib64/openmpi/lib (Fedora/EL packaging guidelines for MPI). nccl-tests wants both under one MPI_HOME."""

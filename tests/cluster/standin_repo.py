@@ -65,11 +65,17 @@ ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.
 WantedBy=multi-user.target
 """
 for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
+    _other = "575" if _branch == "570" else "570"
+    # A branch is several packages (the metapackage pulls the compute libraries and utilities), all of one version.
+    for _part in ("libnvidia-compute-%s" % _branch, "nvidia-utils-%s" % _branch):
+        PACKAGES.append((_part, _version, {"/usr/share/gpufleet-standin/%s" % _part: _version + "\n"}))
+        EXTRAS[(_part, _version)] = {"Conflicts": _part.replace(_branch, _other)}
     for _name in ("nvidia-open-%s" % _branch, "cuda-drivers-%s" % _branch):
         PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
                                            "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
-        EXTRAS[(_name, _version)] = {"Conflicts": "nvidia-open-%s, cuda-drivers-%s" % (
-            "575" if _branch == "570" else "570", "575" if _branch == "570" else "570"),
+        EXTRAS[(_name, _version)] = {
+            "Depends": "libnvidia-compute-{0} (= {1}), nvidia-utils-{0} (= {1})".format(_branch, _version),
+            "Conflicts": "nvidia-open-%s, cuda-drivers-%s" % (_other, _other),
             "postinst": DKMS_POSTINST % {"version": _version.split("-")[0]}, "prerm": DKMS_PRERM}
 # Fabric Manager must be the driver's exact version: each stand-in depends on that driver version, and the newer
 # one on a driver the repository does not have, so an unpinned install cannot be satisfied.

@@ -70,6 +70,8 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     # The stand-in driver builds its "module" only where the running kernel's headers are installed, as DKMS does.
     assert installed["linux-headers-%s" % kernel][0] == "1.0-gpufleet"
     assert installed["nvidia-open-570"] == ("570.124.06-1", "hold")
+    # Every package of the branch is held, not only the metapackage.
+    assert installed["libnvidia-compute-570"] == installed["nvidia-utils-570"] == ("570.124.06-1", "hold")
     assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "570.124.06"
     # Fabric Manager at exactly the driver's version (a newer one exists in the repository), held with it.
     assert installed["nvidia-fabricmanager-570"] == ("570.124.06-1", "hold")
@@ -187,3 +189,23 @@ def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, pr
         assert "%s: no NVIDIA GPU on this node" % node in first.out  # the reboot decision: no reboot
     second = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")
     assert second.rc == 0 and all(counts["changed"] == 0 for counts in second.recap().values())
+
+
+def test_a_branch_change_moves_every_held_package_of_the_branch(cluster, provisioned):
+    assert provisioned["converge"].rc == 0
+    branch_575 = {"nvidia-open-575", "libnvidia-compute-575", "nvidia-utils-575"}
+    branch_570 = {"nvidia-open-570", "libnvidia-compute-570", "nvidia-utils-570"}
+    try:
+        run = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
+                               "-e", "nvidia_driver_force=true", "-e", "nvidia_driver_branch=575")
+        assert run.rc == 0, run.out[-3000:]
+        installed = packages(cluster, "node0")
+        assert {name: installed.get(name) for name in branch_575} == {name: ("575.51.03-1", "hold") for name in branch_575}
+        assert not branch_570 & set(installed), "the held 570 packages stayed"
+    finally:
+        back = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
+                                "-e", "nvidia_driver_force=true")
+    assert back.rc == 0, back.out[-3000:]
+    installed = packages(cluster, "node0")
+    assert {name: installed.get(name) for name in branch_570} == {name: ("570.124.06-1", "hold") for name in branch_570}
+    assert not branch_575 & set(installed)

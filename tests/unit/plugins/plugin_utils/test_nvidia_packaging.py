@@ -44,3 +44,13 @@ def test_other_sources_of_the_same_repository_are_found():
     assert len(files) == 5
     assert pkg.apt_sources_for(files, url, "/etc/apt/sources.list.d/nvidia-cuda.sources") == [
         "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list"]
+
+
+def test_every_package_of_the_branch_is_found():
+    listing = ("nvidia-open-570 570.124.06-1\nlibnvidia-compute-570 570.124.06-1\nnvidia-utils-570 570.124.06-1\n"
+               "nvidia-kernel-common-570 570.124.06-0ubuntu1\nnvidia-firmware-570-570.124.06 570.124.06-1\n"
+               "nvidia-fabricmanager-570 570.124.06-1\nlibnvidia-compute-575 575.51.03-1\nlibnccl2 2.26.2-1+cuda12.8\n"
+               "nvidia-open 1:570.124.06-1\ncuda-toolkit-12-8 12.8.1-1\n")
+    assert pkg.branch_packages(listing, 570) == [
+        "libnvidia-compute-570", "nvidia-firmware-570-570.124.06", "nvidia-kernel-common-570", "nvidia-open",
+        "nvidia-open-570", "nvidia-utils-570"]
