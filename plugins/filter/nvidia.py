@@ -27,7 +27,8 @@ description:
   - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
     C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
-    C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch.
+    C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch, and
+    C(dpkg_listing | other_branch_packages(branch)) those of the other branches.
   - Versions are compared numerically.
 options:
   _input:
@@ -101,4 +102,5 @@ class FilterModule:
                 "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,
                 "grep_files": nvidia_packaging.grep_files,
                 "branch_packages": nvidia_packaging.branch_packages,
+                "other_branch_packages": nvidia_packaging.other_branch_packages,
                 "apt_sources_for": nvidia_packaging.apt_sources_for}

@@ -72,6 +72,20 @@ def branch_packages(listing: str, branch: object) -> list[str]:
     return sorted(set(found))
 
 
+def other_branch_packages(listing: str, branch: object) -> list[str]:
+    """The installed NVIDIA driver packages of other branches (by the -<branch> in their names): their holds are
+    released before another branch is installed, so that apt may replace them (it will not remove a held package)."""
+    number = str(branch)
+    found = []
+    for line in listing.splitlines():
+        name = (line.split() or [""])[0]
+        nvidia = name.startswith(("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia"))
+        other = re.search(r"-(\d{3})($|-)", name)
+        if nvidia and other and other.group(1) != number:
+            found.append(name)
+    return sorted(set(found))
+
+
 def el_openmpi_paths(architecture: str) -> dict[str, str]:
     """Where EL's openmpi-devel puts Open MPI: headers under /usr/include/openmpi-<arch>, libraries under
     /usr/lib64/openmpi/lib (Fedora/EL packaging guidelines for MPI). nccl-tests wants both under one MPI_HOME."""

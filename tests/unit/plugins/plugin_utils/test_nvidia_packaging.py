@@ -54,3 +54,11 @@ def test_every_package_of_the_branch_is_found():
     assert pkg.branch_packages(listing, 570) == [
         "libnvidia-compute-570", "nvidia-firmware-570-570.124.06", "nvidia-kernel-common-570", "nvidia-open",
         "nvidia-open-570", "nvidia-utils-570"]
+
+
+def test_the_other_branches_packages_are_found_to_release_their_holds():
+    listing = ("nvidia-open-570 570.124.06-1\nlibnvidia-compute-570 570.124.06-1\nnvidia-utils-570 570.124.06-1\n"
+               "nvidia-fabricmanager-570 570.124.06-1\nlibnccl2 2.26.2-1+cuda12.8\ncuda-toolkit-12-8 12.8.1-1\n")
+    assert pkg.other_branch_packages(listing, 575) == [
+        "libnvidia-compute-570", "nvidia-fabricmanager-570", "nvidia-open-570", "nvidia-utils-570"]
+    assert pkg.other_branch_packages(listing, 570) == []
