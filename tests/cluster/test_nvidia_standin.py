@@ -75,8 +75,9 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "570.124.06"
     # Fabric Manager at exactly the driver's version (a newer one exists in the repository), held with it.
     assert installed["nvidia-fabricmanager-570"] == ("570.124.06-1", "hold")
+    # (the YAML callback folds the line and doubles the quote inside single quotes)
     assert "node2: systemd is not this node's init, so nvidia-fabricmanager is installed but not started" in \
-        " ".join(run.out.split())
+        " ".join(run.out.replace("''", "'").split())
     # What the node will run for nvidia-persistenced: the packaged unit turns persistence mode off; the drop-in wins.
     unit = host.file("/lib/systemd/system/nvidia-persistenced.service").content_string
     drop_in = host.file("/etc/systemd/system/nvidia-persistenced.service.d/gpufleet.conf").content_string
