@@ -42,7 +42,9 @@ def main() -> int:
         failing = rank == args.fail_rank and step == args.fail_step
         if failing and args.fail_attempt in (0, attempt):
             print("rank %d fails on purpose at step %d (attempt %d)" % (rank, step, attempt), flush=True)
-            sys.exit(args.exit_code)
+            # Die at once, as a crashing rank does: sys.exit would first close the process group's connections, so
+            # a rank on another node could fail in the collective (and be reported first) before this one has exited.
+            os._exit(args.exit_code)
         total = torch.ones(1) * (rank + 1)
         dist.all_reduce(total)
         assert int(total.item()) == world * (world + 1) // 2
