@@ -19,29 +19,27 @@ NVSWITCH_CLASS = "0x0680"  # "other bridge": how an NVSwitch shows on the PCI bu
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-e35c4b7b6a7e"
 
 
-def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
-    """NVIDIA GPUs on the PCI bus, whether or not a driver is loaded."""
+def _pci_nvidia(sys_root: str, classes: tuple[str, ...]) -> list[dict[str, str]]:
+    """NVIDIA devices of these PCI classes (the class's first 6 characters), with address and device id."""
     base = os.path.join(sys_root, "bus", "pci", "devices")
     found = []
     for name in sysfs.entries(base):
         device = os.path.join(base, name)
         if sysfs.value(os.path.join(device, "vendor")) != NVIDIA_VENDOR:
             continue
-        if sysfs.value(os.path.join(device, "class"))[:6] in DISPLAY_CLASSES:
+        if sysfs.value(os.path.join(device, "class"))[:6] in classes:
             found.append({"address": name, "device": sysfs.value(os.path.join(device, "device"))})
     return found
+
+
+def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
+    """NVIDIA GPUs on the PCI bus, whether or not a driver is loaded."""
+    return _pci_nvidia(sys_root, DISPLAY_CLASSES)
 
 
 def pci_nvswitches(sys_root: str = "/sys") -> list[dict[str, str]]:
     """NVIDIA NVSwitches on the PCI bus (HGX and DGX boards): Fabric Manager must run where there are any."""
-    base = os.path.join(sys_root, "bus", "pci", "devices")
-    found = []
-    for name in sysfs.entries(base):
-        device = os.path.join(base, name)
-        if (sysfs.value(os.path.join(device, "vendor")) == NVIDIA_VENDOR
-                and sysfs.value(os.path.join(device, "class"))[:6] == NVSWITCH_CLASS):
-            found.append({"address": name, "device": sysfs.value(os.path.join(device, "device"))})
-    return found
+    return _pci_nvidia(sys_root, (NVSWITCH_CLASS,))
 
 
 def in_container(root: str = "/") -> bool:

@@ -53,6 +53,10 @@ def versionlock_stale(listing: str, wanted: Mapping[str, str]) -> list[str]:
     return stale
 
 
+# The name prefixes of NVIDIA's driver packages (apt): the kernel module, libraries and utilities of a branch.
+DRIVER_PACKAGE_PREFIXES = ("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia")
+
+
 def branch_packages(listing: str, branch: object) -> list[str]:
     """The installed packages of one driver branch, from `dpkg-query -W -f '${Package} ${Version}\\n'`: NVIDIA's
     version-locking page asks to lock every package of the branch (kernel module, utilities, compute libraries),
@@ -65,7 +69,7 @@ def branch_packages(listing: str, branch: object) -> list[str]:
         if len(parts) < 2:
             continue
         name, version = parts[0], parts[1]
-        nvidia = name.startswith(("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia"))
+        nvidia = name.startswith(DRIVER_PACKAGE_PREFIXES)
         in_branch = re.search(r"-%s($|-)" % re.escape(number), name) or version.split(":")[-1].startswith(number + ".")
         if nvidia and in_branch and not name.startswith("nvidia-fabricmanager"):
             found.append(name)
@@ -79,7 +83,7 @@ def other_branch_packages(listing: str, branch: object) -> list[str]:
     found = []
     for line in listing.splitlines():
         name = (line.split() or [""])[0]
-        nvidia = name.startswith(("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia"))
+        nvidia = name.startswith(DRIVER_PACKAGE_PREFIXES)
         other = re.search(r"-(\d{3})($|-)", name)
         if nvidia and other and other.group(1) != number:
             found.append(name)
