@@ -50,6 +50,9 @@ class ActionModule(ActionBase):
         lines = ["all_reduce_perf across %d rank(s) on %s: peak bus bandwidth %s GB/s, average %s GB/s%s"
                  % (report["ranks"], ", ".join(report["hosts"]) or "-", verdict["peak_busbw_gbps"],
                     verdict["avg_busbw_gbps"], "" if expected is None else ", expected %.2f GB/s" % expected)]
+        if report["ranks"] == 1:
+            lines.append("  one rank: bus bandwidth is 0 by definition (nothing crosses a link); peak algorithm "
+                         "bandwidth %s GB/s" % nccl_tests.peak_algbw(report))
         if pair_reports:
             summary = report["pairwise"]
             for pair, peak in sorted(summary["pairs"].items()):

@@ -2,26 +2,67 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Which network interface holds an address, and the node's InfiniBand HCAs. Reads `ip -j addr` and /sys."""
+"""Which network interface holds an address, and the node's InfiniBand HCAs. Reads `ip -j addr` and /sys; a node
+without iproute2 (a minimal image) is read through the kernel instead: SIOCGIFADDR and /proc/net/if_inet6."""
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
 import socket
+import struct
 import subprocess
 from collections.abc import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
 
 
-def interfaces(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, list[str]]:
-    """Interface name -> its IP addresses, from `ip -j addr show`."""
-    done = run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True)
+SIOCGIFADDR = 0x8915
+
+
+def interfaces(run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+               proc_root: str = "/proc") -> dict[str, list[str]]:
+    """Interface name -> its IP addresses, from `ip -j addr show`, or from the kernel where `ip` is not installed."""
+    try:
+        done = run(["ip", "-j", "addr", "show"], capture_output=True, text=True, check=True)
+    except FileNotFoundError:
+        return kernel_interfaces(proc_root)
     found: dict[str, list[str]] = {}
     for link in json.loads(done.stdout or "[]"):
         found[link["ifname"]] = [info["local"] for info in link.get("addr_info", []) if "local" in info]
+    return found
+
+
+def _ipv4_of(name: str) -> str | None:
+    """The interface's (primary) IPv4 address through the SIOCGIFADDR ioctl, or None when it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+def kernel_interfaces(proc_root: str = "/proc", ipv4_of: Callable[[str], str | None] = _ipv4_of,
+                      names: Callable[[], list[tuple[int, str]]] = socket.if_nameindex) -> dict[str, list[str]]:
+    """Interface name -> its addresses without iproute2: each interface's primary IPv4 address (an interface's
+    secondary IPv4 addresses are not seen this way) and every IPv6 address in /proc/net/if_inet6."""
+    ipv6: dict[str, list[str]] = {}
+    try:
+        with open(os.path.join(proc_root, "net", "if_inet6")) as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) >= 6:
+                    ipv6.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    except OSError:
+        pass
+    found: dict[str, list[str]] = {}
+    for name in [name for _, name in names()] + [name for name in ipv6]:
+        if name not in found:
+            ipv4 = ipv4_of(name)
+            found[name] = ([ipv4] if ipv4 else []) + ipv6.get(name, [])
     return found
 
 

@@ -42,16 +42,55 @@ def pci_nvswitches(sys_root: str = "/sys") -> list[dict[str, str]]:
     return _pci_nvidia(sys_root, (NVSWITCH_CLASS,))
 
 
-def in_container(root: str = "/") -> bool:
-    """Whether this node is a container (its GPUs' driver then belongs to the host): the marker files Docker and
-    podman leave, or the `container` variable systemd-nspawn, podman and LXC give PID 1."""
-    if any(os.path.exists(os.path.join(root, marker)) for marker in (".dockerenv", "run/.containerenv")):
-        return True
+def container_evidence(root: str = "/") -> str | None:
+    """What says this node is a container (its GPUs' driver then belongs to the host), or None: the marker files
+    Docker and podman leave, or the `container` variable systemd-nspawn, podman and LXC give PID 1. A virtual
+    machine booted from a container image keeps its /.dockerenv: the message names the evidence for that reason."""
+    for marker in (".dockerenv", "run/.containerenv"):
+        if os.path.exists(os.path.join(root, marker)):
+            return "/%s exists" % marker
     try:
         with open(os.path.join(root, "proc", "1", "environ"), "rb") as handle:
-            return any(entry.startswith(b"container=") for entry in handle.read().split(b"\0"))
+            for entry in handle.read().split(b"\0"):
+                if entry.startswith(b"container="):
+                    return "PID 1 runs with %s" % entry.decode(errors="replace")
     except OSError:
-        return False
+        pass
+    return None
+
+
+# Packages that carry the driver's kernel module, from NVIDIA's repositories (nvidia-open-<branch>,
+# cuda-drivers-<branch>, nvidia-kernel-[open-]dkms, kmod-nvidia-*, nvidia-kmod-common) and the distributions'
+# own (Debian's nvidia-driver and nvidia-kernel-dkms, Ubuntu's nvidia-dkms-<branch> and linux-modules-nvidia-*).
+KERNEL_MODULE_PACKAGE_PREFIXES = ("nvidia-open", "cuda-drivers", "nvidia-kernel", "nvidia-dkms", "nvidia-driver",
+                                  "kmod-nvidia", "nvidia-kmod", "linux-modules-nvidia")
+# NVIDIA's .run installer leaves its uninstaller here (driver README, "Installing the NVIDIA Driver"); packages don't.
+RUNFILE_UNINSTALLER = "usr/bin/nvidia-uninstall"
+
+
+def installed_packages(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> list[str] | None:
+    """The names of the installed packages (dpkg, else rpm), or None where neither answers."""
+    for command in (["dpkg-query", "-W", "-f=${Package}\n"], ["rpm", "-qa", "--qf", "%{NAME}\n"]):
+        try:
+            done = run(command, capture_output=True, text=True, check=False, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return done.stdout.split()
+    return None
+
+
+def driver_origin(driver: str | None, packages: list[str] | None, root: str = "/") -> str | None:
+    """Where the node's driver (loaded or installed version, or None) came from: None without one, 'package'
+    when a package carries its kernel module, 'runfile' for NVIDIA's .run installer, else 'unmanaged' (the
+    machine's image or provider put it there)."""
+    if not driver:
+        return None
+    if any(name.startswith(KERNEL_MODULE_PACKAGE_PREFIXES) for name in packages or ()):
+        return "package"
+    if os.path.exists(os.path.join(root, RUNFILE_UNINSTALLER)):
+        return "runfile"
+    return "unmanaged"
 
 
 def secure_boot(sys_root: str = "/sys") -> bool | None:

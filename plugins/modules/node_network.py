@@ -12,7 +12,8 @@ module: node_network
 short_description: Find the interface that holds the node's cluster address, and its InfiniBand HCAs
 version_added: 0.1.0
 description:
-  - Reads C(ip -j addr show) to find the interface that holds O(address) (what NCCL_SOCKET_IFNAME and
+  - Reads C(ip -j addr show) (or, on a node without iproute2, the kernel, which gives each interface's primary IPv4
+    address and /proc/net/if_inet6) to find the interface that holds O(address) (what NCCL_SOCKET_IFNAME and
     GLOO_SOCKET_IFNAME must name), and C(/sys/class/infiniband) for the HCAs, their ports' state and their
     net devices (what NCCL_IB_HCA names). Changes nothing.
   - Fails when no interface holds O(address), naming the address and the interfaces found, since a job would

@@ -65,6 +65,18 @@ container:
     environment); a driver belongs on the host, not in a container.
   returned: always
   type: bool
+container_evidence:
+  description: What made RV(container) true (C(/.dockerenv exists), say), or null.
+  returned: always
+  type: str
+driver_origin:
+  description: Where the loaded or installed driver came from, or null without one. V(package) when a package
+    carries its kernel module, V(runfile) when NVIDIA's .run installer left C(/usr/bin/nvidia-uninstall), else
+    V(unmanaged) (the machine's image or provider put it there). NVIDIA's packages must not be installed over a
+    driver that did not come from packages.
+  returned: always
+  type: str
+  sample: package
 secure_boot:
   description: Whether UEFI Secure Boot is on (unsigned DKMS modules will not load); null when it cannot be read.
   returned: always
@@ -97,13 +109,18 @@ def main() -> None:
                            supports_check_mode=True)
     sys_root = module.params["sys_root"]
     gpus = nvidia_node.pci_gpus(sys_root)
+    evidence = nvidia_node.container_evidence()
+    loaded = nvidia_node.loaded_driver(sys_root)
+    installed = nvidia_node.installed_driver()
     module.exit_json(changed=False, gpus=gpus, gpu_present=bool(gpus),
                      nvswitches=nvidia_node.pci_nvswitches(sys_root),
                      infiniband=netinfo.infiniband(sys_root),
-                     container=nvidia_node.in_container(),
+                     container=evidence is not None, container_evidence=evidence,
                      secure_boot=nvidia_node.secure_boot(sys_root),
-                     loaded_driver=nvidia_node.loaded_driver(sys_root),
-                     installed_driver=nvidia_node.installed_driver(),
+                     loaded_driver=loaded,
+                     installed_driver=installed,
+                     driver_origin=nvidia_node.driver_origin(loaded or installed, nvidia_node.installed_packages()
+                                                             if loaded or installed else None),
                      driver_package_version=nvidia_node.package_version(tuple(module.params["driver_packages"]))
                      if module.params["driver_packages"] else None)
 

@@ -13,6 +13,8 @@ import json
 
 import pytest
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.nvidia_node import KERNEL_MODULE_PACKAGE_PREFIXES
+
 pytestmark = pytest.mark.cluster
 
 
@@ -134,6 +136,8 @@ gpu() { d=$1/bus/pci/devices/0000:18:00.0; mkdir -p $d; echo 0x10de > $d/vendor;
 gpu /fake-sys/volta 0x1db1
 gpu /fake-sys/hopper 0x2330
 gpu /fake-sys/secure-boot 0x2330
+gpu /fake-sys/runfile 0x2330
+mkdir -p /fake-sys/runfile/module/nvidia && echo 580.65.06 > /fake-sys/runfile/module/nvidia/version
 mkdir -p /fake-sys/secure-boot/firmware/efi/efivars
 printf '\006\000\000\000\001' > /fake-sys/secure-boot/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e35c4b7b6a7e
 """
@@ -144,7 +148,7 @@ printf '\006\000\000\000\001' > /fake-sys/secure-boot/firmware/efi/efivars/Secur
      "nvidia_driver_flavor=open needs Turing or newer GPUs, but the GPU 0x1db1 (Volta GV100"),
     ({"nvidia_driver_sys_root": "/fake-sys/secure-boot"}, "UEFI Secure Boot is on"),
     ({"nvidia_driver_sys_root": "/fake-sys/hopper", "nvidia_driver_allow_container": False},
-     "this node is a container; a driver installed here would build kernel modules"),
+     "this node is a container (/run/.containerenv exists); a driver installed here would build kernel modules"),
 ])
 def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisioned, extra, needle):
     """Open modules on Volta, Secure Boot without the opt-out, a container with a GPU: refused before any change."""
@@ -165,6 +169,37 @@ def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisi
                                json.dumps({"nvidia_driver_sys_root": "/fake-sys/hopper"})).out
     block = passing.split("Refuse the open kernel modules for GPUs older than Turing]", 1)[1].split("TASK [", 1)[0]
     assert "ok: [node0]" in block, passing[-3000:]
+
+
+def test_a_driver_not_from_packages_is_refused_or_kept_as_it_is(cluster, provisioned):
+    """A loaded driver that NVIDIA's .run installer put there (its /usr/bin/nvidia-uninstall): refused before any
+    change, naming the node, the driver and the variable; with nvidia_driver_keep_unpackaged the role installs
+    nothing. Stand-in: the loaded module is a fake sysfs entry and the uninstaller an empty file; what is checked
+    is the decision and that no package moves, not NVIDIA's real runfile."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node0", "sh", "-c", FAKE_SYS, check=True)
+    before = {node: packages(cluster, node) for node in cluster.nodes}
+    carriers = [name for name in before["node0"] if name.startswith(KERNEL_MODULE_PACKAGE_PREFIXES)]
+    assert not carriers, "precondition: no package on node0 carries a driver module, found %s" % carriers
+    cluster.node_exec("node0", "touch", "/usr/bin/nvidia-uninstall", check=True)
+    try:
+        sys_root = {"nvidia_driver_sys_root": "/fake-sys/runfile"}
+        refused = cluster.playbook("provision.yml", "-e", json.dumps(sys_root))
+        text = " ".join(refused.out.replace("''", "'").split())
+        assert refused.rc != 0
+        assert ("node0: the NVIDIA driver 580.65.06 on this node was not installed from packages (NVIDIA's .run "
+                "installer left /usr/bin/nvidia-uninstall)") in text, refused.out[-3000:]
+        assert "nvidia_driver_keep_unpackaged: true" in text
+        assert all(counts["changed"] == 0 for counts in refused.recap().values())
+        assert {node: packages(cluster, node) for node in cluster.nodes} == before
+        kept = cluster.playbook("provision.yml", "--tags", "nvidia_driver", "--limit", "node0",
+                                "-e", json.dumps(dict(sys_root, nvidia_driver_keep_unpackaged=True)))
+        assert kept.rc == 0, kept.out[-3000:]
+        assert "node0: keeping the NVIDIA driver 580.65.06 (runfile); nothing is installed" in " ".join(kept.out.split())
+        assert kept.recap()["node0"]["changed"] == 0
+        assert packages(cluster, "node0") == before["node0"]
+    finally:
+        cluster.node_exec("node0", "rm", "-f", "/usr/bin/nvidia-uninstall", check=True)
 
 
 def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned):

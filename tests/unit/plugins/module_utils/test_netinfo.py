@@ -24,6 +24,30 @@ def test_interface_holding_the_address():
     assert netinfo.interface_of("192.0.2.99", found) is None
 
 
+def no_ip(cmd, **_kwargs):
+    raise FileNotFoundError(2, "No such file or directory", cmd[0])
+
+
+def test_a_node_without_iproute2_is_read_through_the_kernel(tmp_path):
+    """Seen on a GPU machine built from a minimal Ubuntu image: no `ip`; the addresses come from the kernel."""
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "if_inet6").write_text(
+        "00000000000000000000000000000001 01 80 10 80       lo\n"
+        "20010db8000000000000000000000011 03 40 00 80      ib0\n")
+    held = {"lo": "127.0.0.1", "ib0": "198.51.100.11"}
+    found = netinfo.kernel_interfaces(str(tmp_path), ipv4_of=held.get, names=lambda: [(1, "lo"), (2, "eno1")])
+    assert found["lo"] == ["127.0.0.1", "::1"] and found["eno1"] == []
+    assert netinfo.interface_of("2001:db8::11", found) == "ib0"
+    assert netinfo.interface_of("198.51.100.11", found) == "ib0"
+
+
+def test_the_kernel_reading_agrees_with_this_machine(tmp_path):
+    """For real, on this machine: loopback holds 127.0.0.1 through SIOCGIFADDR, with or without `ip` asked."""
+    found = netinfo.interfaces(run=no_ip)
+    assert "127.0.0.1" in found["lo"]
+    assert netinfo.interface_of("127.0.0.1", found) == "lo"
+
+
 def make_hca(root, name, ports, netdevs, xmit=0):
     for port, state in ports.items():
         port_dir = root / "class" / "infiniband" / name / "ports" / str(port)

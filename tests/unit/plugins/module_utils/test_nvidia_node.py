@@ -75,17 +75,39 @@ def test_nvswitches_are_nvidia_bridges(tmp_path):
     assert nvidia_node.pci_nvswitches(str(tmp_path)) == [{"address": "0000:05:00.0", "device": "0x22a3"}]
 
 
-def test_container_markers(tmp_path):
-    assert not nvidia_node.in_container(str(tmp_path))
+def test_container_markers_are_named(tmp_path):
+    assert nvidia_node.container_evidence(str(tmp_path)) is None
     (tmp_path / "proc" / "1").mkdir(parents=True)
     (tmp_path / "proc" / "1" / "environ").write_bytes(b"PATH=/bin\0HOME=/root\0")
-    assert not nvidia_node.in_container(str(tmp_path))
+    assert nvidia_node.container_evidence(str(tmp_path)) is None
     (tmp_path / "proc" / "1" / "environ").write_bytes(b"PATH=/bin\0container=podman\0")
-    assert nvidia_node.in_container(str(tmp_path))
+    assert nvidia_node.container_evidence(str(tmp_path)) == "PID 1 runs with container=podman"
     other = tmp_path / "docker"
     other.mkdir()
     (other / ".dockerenv").write_text("")
-    assert nvidia_node.in_container(str(other))
+    assert nvidia_node.container_evidence(str(other)) == "/.dockerenv exists"
+
+
+def test_driver_origin(tmp_path):
+    """Seen on the GPU machine of 2026-11-23: driver 580.159.04 loaded, no package carries it, no uninstaller."""
+    assert nvidia_node.driver_origin(None, ["nvidia-open-570"], str(tmp_path)) is None
+    assert nvidia_node.driver_origin("580.159.04", ["cuda-compat-13-0", "cuda-nvcc-13-0"], str(tmp_path)) == "unmanaged"
+    for package in ("nvidia-open-580", "cuda-drivers-570", "nvidia-kernel-open-dkms", "kmod-nvidia-open-dkms",
+                    "nvidia-dkms-570-open", "linux-modules-nvidia-570-6.8.0-45-generic", "nvidia-driver"):
+        assert nvidia_node.driver_origin("570.124.06", ["bash", package], str(tmp_path)) == "package", package
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "bin" / "nvidia-uninstall").write_text("")
+    assert nvidia_node.driver_origin("570.124.06", ["bash", "libnvidia-compute-570"], str(tmp_path)) == "runfile"
+    assert nvidia_node.driver_origin("570.124.06", None, str(tmp_path)) == "runfile"
+
+
+def test_installed_packages_from_dpkg_else_rpm():
+    def dpkg_missing(cmd, **_kwargs):
+        if cmd[0] == "dpkg-query":
+            raise FileNotFoundError(cmd[0])
+        return subprocess.CompletedProcess(cmd, 0, stdout="kmod-nvidia-open-dkms\nbash\n", stderr="")
+    assert nvidia_node.installed_packages(dpkg_missing) == ["kmod-nvidia-open-dkms", "bash"]
+    assert nvidia_node.installed_packages(lambda cmd, **_kw: subprocess.CompletedProcess(cmd, 1, "", "")) is None
 
 
 def test_secure_boot_from_efivars(tmp_path):

@@ -25,6 +25,20 @@ def test_single_node_eight_gpus():
     assert report["devices"][7]["model"] == "NVIDIA H100 80GB HBM3"
 
 
+def test_one_h100_with_figures_in_exponent_form():
+    """Real output: all_reduce_perf 2.19.6 on one H100 (device machine, 2026-11-23). Its in-place figures on one
+    rank overflow their columns and print as 2e+06; every row still counts."""
+    report = load("h100_single_gpu.txt")
+    assert len(report["rows"]) == 14 and report["rows"][-1]["size_bytes"] == 536870912
+    assert report["rows"][-1]["in_place"]["algbw_gbps"] == 2e6
+    assert report["rows"][-2]["in_place"]["algbw_gbps"] == 405737.0
+    assert nccl_tests.peak_algbw(report) == 1494.0 and nccl_tests.peak_busbw(report) == 0.0
+    assert report["ranks"] == 1 and report["devices"][0]["model"] == "NVIDIA H100 80GB HBM3"
+    assert nccl_tests.verdict(report, None)["passed"]
+    refused = nccl_tests.verdict(report, 100)
+    assert not refused["passed"] and "one rank moves no data" in refused["reasons"][0]
+
+
 def test_two_nodes_with_nccl_info_lines_interleaved():
     report = load("two_node_mpirun.txt")
     assert len(report["rows"]) == 6 and report["hosts"] == ["node0", "node1"] and report["ranks"] == 4
