@@ -192,8 +192,9 @@ def test_a_driver_not_from_packages_is_refused_or_kept_as_it_is(cluster, provisi
         assert "nvidia_driver_keep_unpackaged: true" in text
         assert all(counts["changed"] == 0 for counts in refused.recap().values())
         assert {node: packages(cluster, node) for node in cluster.nodes} == before
+        # As a user types it: the string "true" (seen failing as a non-boolean conditional before | bool).
         kept = cluster.playbook("provision.yml", "--tags", "nvidia_driver", "--limit", "node0",
-                                "-e", json.dumps(dict(sys_root, nvidia_driver_keep_unpackaged=True)))
+                                "-e", json.dumps(sys_root), "-e", "nvidia_driver_keep_unpackaged=true")
         assert kept.rc == 0, kept.out[-3000:]
         assert "node0: keeping the NVIDIA driver 580.65.06 (runfile); nothing is installed" in " ".join(kept.out.split())
         assert kept.recap()["node0"]["changed"] == 0

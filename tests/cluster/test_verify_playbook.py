@@ -64,6 +64,19 @@ def test_verify_fails_below_the_expected_bandwidth(cluster, provisioned):
     assert "NCCL check failed: peak bus bandwidth 41.21 GB/s is below the expected 50.00 GB/s" in run.out
 
 
+def test_verify_names_the_node_and_roles_when_nccl_tests_is_missing(cluster, provisioned):
+    """Before mpirun: a node without all_reduce_perf (here: a prefix where nothing was built) is named, with the
+    provision.yml tags that build it, instead of Open MPI's "unable to open" error."""
+    assert provisioned["converge"].rc == 0
+    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "nccl_tests_prefix=/opt/not-built")
+    text = " ".join(run.out.replace("''", "'").split())
+    assert run.rc != 0
+    for node in cluster.nodes:
+        assert ("%s: /opt/not-built/current/src/build/all_reduce_perf missing; run ansible-playbook "
+                "playbooks/provision.yml --tags mpi,nccl_tests first" % node) in text, run.out[-3000:]
+    assert "Run all_reduce_perf across all nodes" not in run.out
+
+
 def test_verify_pairwise_runs_every_pair(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "pairwise=true")

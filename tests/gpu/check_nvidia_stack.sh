@@ -2,22 +2,28 @@
 # Check gpufleet's NVIDIA roles and verify.yml for real on this machine, which must already have an NVIDIA GPU
 # and driver. Not part of `make test` (CI has no GPU); run it by hand where a GPU is available.
 #
-#   tests/gpu/check_nvidia_stack.sh [--nccl-tests-archive PATH] [--mirror URL] [-- extra ansible-playbook args]
+#   tests/gpu/check_nvidia_stack.sh [--nccl-tests-archive PATH] [--mirror URL] [--keep-driver] [--offline]
+#                                   [-- extra ansible-playbook args]
 #
 # - The existing driver is detected (branch from nvidia-smi) and kept: the driver role finds it installed and
 #   loaded, so it changes nothing and never reboots (nvidia_driver_reboot=false as a second guard).
-# - CUDA and NCCL come from NVIDIA's repository, or from --mirror (a local mirror, for machines without internet);
-#   without either, pass -- --skip-tags cuda_toolkit,nccl to keep what is installed.
+#   --keep-driver: the driver did not come from packages (a .run install, or the machine's image: the role
+#   refuses such a driver otherwise) and the machine may be a VM made from a container image; keep it.
+# - CUDA and NCCL come from NVIDIA's repository, or from --mirror (a local mirror, for machines without internet).
+#   --offline: keep the CUDA, NCCL, Open MPI and build tools that are installed (no package manager is asked).
 # - nccl-tests is built from --nccl-tests-archive when given (no internet needed), else downloaded.
 # - verify.yml then prints the version table and runs all_reduce_perf on the local GPUs through mpirun,
 #   writing logs/verify/all_reduce_perf.json and busbw.png.
+# Node-side modules run with /usr/bin/python3 (GPUFLEET_CHECK_PYTHON); training runs with python3 from PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-archive="" mirror=""
+archive="" mirror="" keep=false offline=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --nccl-tests-archive) archive=$(realpath "$2"); shift 2 ;;
         --mirror) mirror=$2; shift 2 ;;
+        --keep-driver) keep=true; shift ;;
+        --offline) offline=true; shift ;;
         --) shift; break ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -32,16 +38,32 @@ gpu_nodes:
   hosts:
     localgpu:
       ansible_connection: local
-      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+      ansible_python_interpreter: ${GPUFLEET_CHECK_PYTHON:-/usr/bin/python3}
+      ansible_become: false
+      gpufleet_python: $(command -v python3)
       gpufleet_cluster_address: 127.0.0.1
       gpufleet_gpus: $gpus
       nvidia_driver_branch: ${driver%%.*}
       nvidia_driver_reboot: false
+      nvidia_driver_keep_unpackaged: $keep
+      nvidia_driver_allow_container: $keep
       ${mirror:+gpufleet_nvidia_mirror: $mirror}
       ${archive:+nccl_tests_archive: $archive}
 INVENTORY
 echo "gpufleet: $gpus GPU(s), driver $driver; inventory $work/hosts.yml"
 cd "$repo"
-ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml \
-    --tags nvidia_driver,cuda_toolkit,nccl,nccl_env,mpi,nccl_tests "$@"
+tags=nvidia_driver,nvidia_fabricmanager,nvidia_peermem,cuda_toolkit,nccl,nccl_env,mpi,nccl_tests
+skip=()
+if $offline; then
+    tags=nvidia_driver,nvidia_fabricmanager,nvidia_peermem,nccl_env,mpi,nccl_tests
+    skip=(--skip-tags mpi_install,nccl_tests_install)
+fi
+ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml --tags "$tags" "${skip[@]}" "$@"
+echo "gpufleet: provision.yml again: nothing may change"
+ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml --tags "$tags" "${skip[@]}" "$@" | tee "$work/again.log"
+grep -qE 'localgpu +: ok=[0-9]+ +changed=0 ' "$work/again.log" || { echo "gpufleet: the second run changed something" >&2; exit 1; }
 ansible-playbook -i "$work/hosts.yml" playbooks/verify.yml "$@"
+ansible-playbook -i "$work/hosts.yml" playbooks/train.yml -e script=examples/train.py -e "script_args='--epochs 3'" \
+    -e job=gpu-check -e force=true "$@"
+grep -q 'backend nccl' logs/gpu-check/localgpu.log || { echo "gpufleet: training did not use NCCL on the GPU" >&2; exit 1; }
+echo "gpufleet: NVIDIA stack check passed on $gpus GPU(s), driver $driver"
