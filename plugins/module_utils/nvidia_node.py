@@ -86,7 +86,8 @@ def driver_origin(driver: str | None, packages: list[str] | None, root: str = "/
     machine's image or provider put it there)."""
     if not driver:
         return None
-    if any(name.startswith(KERNEL_MODULE_PACKAGE_PREFIXES) for name in packages or ()):
+    if any(name.startswith(KERNEL_MODULE_PACKAGE_PREFIXES) and not name.startswith("nvidia-driver-pinning")
+           for name in packages or ()):
         return "package"
     if os.path.exists(os.path.join(root, RUNFILE_UNINSTALLER)):
         return "runfile"

@@ -69,14 +69,41 @@ for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
     # A branch is several packages (the metapackage pulls the compute libraries and utilities), all of one version.
     for _part in ("libnvidia-compute-%s" % _branch, "nvidia-utils-%s" % _branch):
         PACKAGES.append((_part, _version, {"/usr/share/gpufleet-standin/%s" % _part: _version + "\n"}))
-        EXTRAS[(_part, _version)] = {"Conflicts": _part.replace(_branch, _other)}
+        EXTRAS[(_part, _version)] = {"Conflicts": "%s, %s" % (_part.replace(_branch, _other), _part[:-4])}
     for _name in ("nvidia-open-%s" % _branch, "cuda-drivers-%s" % _branch):
         PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
                                            "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
         EXTRAS[(_name, _version)] = {
             "Depends": "libnvidia-compute-{0} (= {1}), nvidia-utils-{0} (= {1})".format(_branch, _version),
-            "Conflicts": "nvidia-open-%s, cuda-drivers-%s" % (_other, _other),
+            "Conflicts": "nvidia-open-%s, cuda-drivers-%s, nvidia-open, cuda-drivers" % (_other, _other),
             "postinst": DKMS_POSTINST % {"version": _version.split("-")[0]}, "prerm": DKMS_PRERM}
+# From 580 on Debian, NVIDIA's packages carry no branch in their names, and the branch is locked by installing
+# nvidia-driver-pinning-<branch> first. The repository also has a newer branch (590) under the same names: a role that
+# forgets the pinning package gets 590. The stand-in pinning package is an apt preferences file to that effect (what
+# NVIDIA's real one holds is not reproduced here).
+PINNED_PARTS = ("libnvidia-compute", "nvidia-utils")
+VERSIONED = ", ".join("%s-%s" % (name, branch) for branch in ("570", "575")
+                      for name in ("nvidia-open", "cuda-drivers") + PINNED_PARTS)
+for _version in ("580.95.05-1", "590.44.01-1"):
+    for _part in PINNED_PARTS:
+        PACKAGES.append((_part, _version, {"/usr/share/gpufleet-standin/%s" % _part: _version + "\n"}))
+        EXTRAS[(_part, _version)] = {"Conflicts": "%s-570, %s-575" % (_part, _part)}
+    for _name in ("nvidia-open", "cuda-drivers"):
+        PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
+                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
+        EXTRAS[(_name, _version)] = {
+            "Depends": ", ".join("%s (= %s)" % (part, _version) for part in PINNED_PARTS),
+            "Conflicts": "%s, %s" % ("cuda-drivers" if _name == "nvidia-open" else "nvidia-open", VERSIONED),
+            "postinst": DKMS_POSTINST % {"version": _version.split("-")[0]}, "prerm": DKMS_PRERM}
+PACKAGES.append(("nvidia-driver-pinning-580", "580-1", {
+    "/etc/apt/preferences.d/nvidia-driver-pinning-580":
+        "Package: nvidia-open cuda-drivers %s\nPin: version 580.*\nPin-Priority: 1000\n" % " ".join(PINNED_PARTS)}))
+for _version in ("580.95.05-1", "580.105.08-1"):
+    PACKAGES.append(("nvidia-fabricmanager-580", _version, {
+        "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
+        "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
+    EXTRAS[("nvidia-fabricmanager-580", _version)] = {
+        "Depends": "nvidia-open (= {0}) | cuda-drivers (= {0})".format(_version)}
 # Fabric Manager must be the driver's exact version: each stand-in depends on that driver version, and the newer
 # one on a driver the repository does not have, so an unpinned install cannot be satisfied.
 for _version in ("570.124.06-1", "570.133.20-1"):

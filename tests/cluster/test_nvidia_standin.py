@@ -30,8 +30,8 @@ def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisio
     for node in ("node0", "node1"):  # node2 has a (fake) H100: see the next test
         assert "%s: no NVIDIA GPU on the PCI bus; the driver is not installed" % node in run.out
         installed = packages(cluster, node)
-        assert "nvidia-open-570" not in installed and "cuda-drivers-570" not in installed
-        assert "nvidia-fabricmanager-570" not in installed
+        assert not {"nvidia-open", "cuda-drivers", "nvidia-driver-pinning-580"} & set(installed)
+        assert "nvidia-fabricmanager-580" not in installed
         assert installed["cuda-toolkit-12-8"][0] == "12.8.1-1"
         assert installed["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
         assert installed["libnccl-dev"] == ("2.26.2-1+cuda12.8", "hold")
@@ -71,12 +71,15 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     installed = packages(cluster, "node2")
     # The stand-in driver builds its "module" only where the running kernel's headers are installed, as DKMS does.
     assert installed["linux-headers-%s" % kernel][0] == "1.0-gpufleet"
-    assert installed["nvidia-open-570"] == ("570.124.06-1", "hold")
+    # The default branch, 580, on Debian: the pinning package first, then the unversioned names, which without the pin
+    # would be 590 (the stand-in repository has both).
+    assert installed["nvidia-driver-pinning-580"] == ("580-1", "hold")
+    assert installed["nvidia-open"] == ("580.95.05-1", "hold")
     # Every package of the branch is held, not only the metapackage.
-    assert installed["libnvidia-compute-570"] == installed["nvidia-utils-570"] == ("570.124.06-1", "hold")
-    assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "570.124.06"
+    assert installed["libnvidia-compute"] == installed["nvidia-utils"] == ("580.95.05-1", "hold")
+    assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "580.95.05"
     # Fabric Manager at exactly the driver's version (a newer one exists in the repository), held with it.
-    assert installed["nvidia-fabricmanager-570"] == ("570.124.06-1", "hold")
+    assert installed["nvidia-fabricmanager-580"] == ("580.95.05-1", "hold")
     # (the YAML callback folds the line and doubles the quote inside single quotes)
     assert "node2: systemd is not this node's init, so nvidia-fabricmanager is installed but not started" in \
         " ".join(run.out.replace("''", "'").split())
@@ -106,16 +109,16 @@ def test_an_existing_cuda_keyring_source_is_set_aside_for_one_source_with_one_ke
 def test_a_fabric_manager_version_other_than_the_drivers_fails_in_preflight(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     before = {node: packages(cluster, node) for node in cluster.nodes}
-    run = cluster.playbook("provision.yml", "-e", "nvidia_fabricmanager_version=570.133.20-1")
+    run = cluster.playbook("provision.yml", "-e", "nvidia_fabricmanager_version=580.105.08-1")
     assert run.rc != 0
-    assert ("node2: nvidia_fabricmanager_version=570.133.20-1 differs from the installed driver's 570.124.06-1"
+    assert ("node2: nvidia_fabricmanager_version=580.105.08-1 differs from the installed driver's 580.95.05-1"
             in run.out.replace("\n        ", " ")), run.out[-3000:]
     assert all(counts["changed"] == 0 for counts in run.recap().values())
     assert {node: packages(cluster, node) for node in cluster.nodes} == before
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ("cuda_toolkit_version=13.0", "cuda_toolkit_version: CUDA 13.0 needs driver branch 580 or newer, but"),
+    ("cuda_toolkit_version=13.1", "cuda_toolkit_version: CUDA 13.1 needs driver branch 590 or newer, but"),
     ("nvidia_driver_branch=latest", "nvidia_driver_branch: 'latest' is not a driver branch"),
     ("nccl_version=2.26.2-1+cuda11.8", "nccl_version: 2.26.2-1+cuda11.8 is built for CUDA 11.8"),
 ])
@@ -221,7 +224,7 @@ def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, pr
     first = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")
     assert first.rc == 0 and first.recap()["node0"]["changed"] > 0
     for node in cluster.nodes:
-        assert packages(cluster, node)["nvidia-open-570"] == ("570.124.06-1", "hold")
+        assert packages(cluster, node)["nvidia-open"] == ("580.95.05-1", "hold")
         assert "blacklist nouveau" in cluster.host(node).file("/etc/modprobe.d/blacklist-nouveau.conf").content_string
         assert "%s: no NVIDIA GPU on this node" % node in first.out  # the reboot decision: no reboot
     second = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")
@@ -229,20 +232,25 @@ def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, pr
 
 
 def test_a_branch_change_moves_every_held_package_of_the_branch(cluster, provisioned):
+    """580 (Debian: pinning package, unversioned names) to 570 (branch names) and back: every held package of the
+    old branch goes, the pinning package with it, and the new branch's packages are all held."""
     assert provisioned["converge"].rc == 0
-    branch_575 = {"nvidia-open-575", "libnvidia-compute-575", "nvidia-utils-575"}
+    branch_580 = {"nvidia-driver-pinning-580", "nvidia-open", "libnvidia-compute", "nvidia-utils"}
     branch_570 = {"nvidia-open-570", "libnvidia-compute-570", "nvidia-utils-570"}
+    first = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver", "-e", "nvidia_driver_force=true")
+    assert first.rc == 0, first.out[-3000:]
     try:
         run = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
-                               "-e", "nvidia_driver_force=true", "-e", "nvidia_driver_branch=575")
+                               "-e", "nvidia_driver_force=true", "-e", "nvidia_driver_branch=570")
         assert run.rc == 0, run.out[-3000:]
         installed = packages(cluster, "node0")
-        assert {name: installed.get(name) for name in branch_575} == {name: ("575.51.03-1", "hold") for name in branch_575}
-        assert not branch_570 & set(installed), "the held 570 packages stayed"
+        assert {name: installed.get(name) for name in branch_570} == {name: ("570.124.06-1", "hold") for name in branch_570}
+        assert not branch_580 & set(installed), "the held 580 packages stayed"
     finally:
         back = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
                                 "-e", "nvidia_driver_force=true")
     assert back.rc == 0, back.out[-3000:]
     installed = packages(cluster, "node0")
-    assert {name: installed.get(name) for name in branch_570} == {name: ("570.124.06-1", "hold") for name in branch_570}
-    assert not branch_575 & set(installed)
+    assert {name: installed.get(name)[1] for name in branch_580} == {name: "hold" for name in branch_580}
+    assert installed["nvidia-open"][0] == installed["libnvidia-compute"][0] == "580.95.05-1"
+    assert not branch_570 & set(installed)

@@ -109,5 +109,5 @@ def test_verify_names_a_node_whose_fabric_manager_is_needed_but_not_running(clus
     assert ("node2: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not running (systemd is "
             "not this node's init)") in text, text[-3000:]
     services = run.out.split("NVIDIA services", 1)[1].splitlines()
-    assert any(line.split()[:3] == ["node2", "570.124.06-1", "no"] for line in services), services[:6]
+    assert any(line.split()[:3] == ["node2", "580.95.05-1", "no"] for line in services), services[:6]
     assert any(line.split()[:3] == ["node0", "not", "needed"] for line in services)

@@ -14,14 +14,19 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "playbooks", "render_nvidia_settings.yml")
 MIRROR = "https://developer.download.nvidia.com/compute/cuda/repos"
-APT = {"driver_open": ["nvidia-open-570"], "driver_proprietary": ["cuda-drivers-570"], "kind": "apt",
-       "driver_hold": ["nvidia-open-570"], "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
+# Ubuntu up to 580: branch-named packages, held. Debian from 580: unversioned names and the pinning package first.
+APT = {"driver_open": ["nvidia-open-580"], "driver_proprietary": ["cuda-drivers-580"], "kind": "apt",
+       "driver_hold": ["nvidia-open-580"], "driver_pinned": False,
+       "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
        "nccl_hold": ["libnccl2", "libnccl-dev"], "headers": ["linux-headers-6.1.0-test"],
-       "fabricmanager": ["nvidia-fabricmanager-570=570.124.06-1"], "fabricmanager_hold": ["nvidia-fabricmanager-570"]}
-DNF = {"driver_open": ["@nvidia-driver:570-open"], "driver_proprietary": ["@nvidia-driver:570-dkms"], "kind": "dnf",
+       "fabricmanager": ["nvidia-fabricmanager-580=580.95.05-1"], "fabricmanager_hold": ["nvidia-fabricmanager-580"]}
+APT_PINNED = dict(APT, driver_open=["nvidia-open"], driver_proprietary=["cuda-drivers"], driver_pinned=True,
+                  driver_hold=["nvidia-driver-pinning-580", "nvidia-open"])
+DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvidia-driver:580-dkms"], "kind": "dnf",
+       "driver_pinned": False,
        "driver_hold": ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-kmod-common"],
        "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"],
-       "fabricmanager": ["@nvidia-driver:570/fm"], "fabricmanager_hold": ["nvidia-fabric-manager", "libnvidia-nscq-570"]}
+       "fabricmanager": ["@nvidia-driver:580/fm"], "fabricmanager_hold": ["nvidia-fabric-manager", "libnvidia-nscq-580"]}
 # The running kernel's headers as NVIDIA's installation guide installs them: EL 8 by kernel, EL 9 kernel-devel-matched.
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
 DNF9 = dict(DNF, headers=["kernel-devel-matched", "kernel-headers"])
@@ -29,7 +34,7 @@ SUPPORTED = [
     ("Ubuntu", "20", "x86_64", "ubuntu2004/x86_64", APT),
     ("Ubuntu", "22", "x86_64", "ubuntu2204/x86_64", APT),
     ("Ubuntu", "24", "aarch64", "ubuntu2404/sbsa", APT),
-    ("Debian", "12", "x86_64", "debian12/x86_64", APT),
+    ("Debian", "12", "x86_64", "debian12/x86_64", APT_PINNED),
     ("Rocky", "8", "x86_64", "rhel8/x86_64", DNF8),
     ("Rocky", "9", "aarch64", "rhel9/sbsa", DNF9),
     ("RedHat", "8", "x86_64", "rhel8/x86_64", DNF8),
@@ -37,12 +42,12 @@ SUPPORTED = [
 ]
 
 
-def render(tmp_path, distribution, major, arch):
+def render(tmp_path, distribution, major, arch, *extra):
     out = tmp_path / "rendered.json"
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), PLAYBOOK,
                            "-e", "target_distribution=%s" % distribution, "-e", "target_major=%s" % major,
-                           "-e", "target_arch=%s" % arch, "-e", "out_file=%s" % out], cwd=REPO, env=env,
+                           "-e", "target_arch=%s" % arch, "-e", "out_file=%s" % out, *extra], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False)
     return done.returncode, done.stdout + done.stderr, json.loads(out.read_text()) if out.exists() else None
 
@@ -54,6 +59,19 @@ def test_supported_distribution_renders(tmp_path, distribution, major, arch, pat
     assert rc == 0
     assert rendered.pop("url") == "%s/%s" % (MIRROR, path)
     assert rendered == expected
+
+
+@pytest.mark.parametrize("distribution, major, branch, pinned, driver", [
+    ("Ubuntu", "24", 580, False, "nvidia-open-580"),  # Ubuntu keeps branch names up to 580
+    ("Ubuntu", "24", 590, True, "nvidia-open"),       # and drops them from 590 on
+    ("Debian", "12", 570, False, "nvidia-open-570"),
+    ("Debian", "12", 580, True, "nvidia-open"),
+])
+def test_where_nvidia_pins_branches_with_a_package(tmp_path, distribution, major, branch, pinned, driver):
+    rc, out, rendered = render(tmp_path, distribution, major, "x86_64", "-e", "target_branch=%d" % branch)
+    assert rc == 0, out[-2000:]
+    assert rendered["driver_pinned"] is pinned and rendered["driver_open"] == [driver]
+    assert ("nvidia-driver-pinning-%d" % branch in rendered["driver_hold"]) is pinned
 
 
 @pytest.mark.parametrize("distribution, major, arch", [("CentOS", "7", "x86_64"), ("Ubuntu", "18", "x86_64"),

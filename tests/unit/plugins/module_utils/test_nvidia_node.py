@@ -92,6 +92,8 @@ def test_driver_origin(tmp_path):
     """Seen on the GPU machine of 2026-11-23: driver 580.159.04 loaded, no package carries it, no uninstaller."""
     assert nvidia_node.driver_origin(None, ["nvidia-open-570"], str(tmp_path)) is None
     assert nvidia_node.driver_origin("580.159.04", ["cuda-compat-13-0", "cuda-nvcc-13-0"], str(tmp_path)) == "unmanaged"
+    # A pinning package alone carries no driver.
+    assert nvidia_node.driver_origin("580.95.05", ["nvidia-driver-pinning-580"], str(tmp_path)) == "unmanaged"
     for package in ("nvidia-open-580", "cuda-drivers-570", "nvidia-kernel-open-dkms", "kmod-nvidia-open-dkms",
                     "nvidia-dkms-570-open", "linux-modules-nvidia-570-6.8.0-45-generic", "nvidia-driver"):
         assert nvidia_node.driver_origin("570.124.06", ["bash", package], str(tmp_path)) == "package", package
