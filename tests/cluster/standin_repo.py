@@ -98,20 +98,16 @@ for _version in ("580.95.05-1", "590.44.01-1"):
 PACKAGES.append(("nvidia-driver-pinning-580", "580-1", {
     "/etc/apt/preferences.d/nvidia-driver-pinning-580":
         "Package: nvidia-open cuda-drivers %s\nPin: version 580.*\nPin-Priority: 1000\n" % " ".join(PINNED_PARTS)}))
-for _version in ("580.95.05-1", "580.105.08-1"):
-    PACKAGES.append(("nvidia-fabricmanager-580", _version, {
-        "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
-        "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
-    EXTRAS[("nvidia-fabricmanager-580", _version)] = {
-        "Depends": "nvidia-open (= {0}) | cuda-drivers (= {0})".format(_version)}
 # Fabric Manager must be the driver's exact version: each stand-in depends on that driver version, and the newer
 # one on a driver the repository does not have, so an unpinned install cannot be satisfied.
-for _version in ("570.124.06-1", "570.133.20-1"):
-    PACKAGES.append(("nvidia-fabricmanager-570", _version, {
-        "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
-        "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
-    EXTRAS[("nvidia-fabricmanager-570", _version)] = {
-        "Depends": "nvidia-open-570 (= {0}) | cuda-drivers-570 (= {0})".format(_version)}
+for _branch, _drivers, _versions in (("570", ("nvidia-open-570", "cuda-drivers-570"), ("570.124.06-1", "570.133.20-1")),
+                                     ("580", ("nvidia-open", "cuda-drivers"), ("580.95.05-1", "580.105.08-1"))):
+    for _version in _versions:
+        PACKAGES.append(("nvidia-fabricmanager-" + _branch, _version, {
+            "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
+            "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
+        EXTRAS[("nvidia-fabricmanager-" + _branch, _version)] = {
+            "Depends": " | ".join("%s (= %s)" % (driver, _version) for driver in _drivers)}
 # This machine's kernel has no Debian headers package: a stand-in under the name the driver role installs.
 PACKAGES.append(("linux-headers-%s" % KERNEL, "1.0-gpufleet", {
     "/usr/src/linux-headers-%s/.gpufleet-standin" % KERNEL: "stand-in kernel headers\n"}))
