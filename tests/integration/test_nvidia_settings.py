@@ -16,7 +16,7 @@ PLAYBOOK = os.path.join(REPO, "tests", "integration", "playbooks", "render_nvidi
 MIRROR = "https://developer.download.nvidia.com/compute/cuda/repos"
 # Ubuntu up to 580: branch-named packages, held. Debian from 580: unversioned names and the pinning package first.
 APT = {"driver_open": ["nvidia-open-580"], "driver_proprietary": ["cuda-drivers-580"], "kind": "apt",
-       "driver_hold": ["nvidia-open-580"], "driver_pinned": False,
+       "driver_hold": ["nvidia-open-580"], "driver_pinned": False, "el_prerequisites": {},
        "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
        "nccl_hold": ["libnccl2", "libnccl-dev"], "headers": ["linux-headers-6.1.0-test"],
        "fabricmanager": ["nvidia-fabricmanager-580=580.95.05-1"], "fabricmanager_hold": ["nvidia-fabricmanager-580"]}
@@ -30,15 +30,24 @@ DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvid
 # The running kernel's headers as NVIDIA's installation guide installs them: EL 8 by kernel, EL 9 kernel-devel-matched.
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
 DNF9 = dict(DNF, headers=["kernel-devel-matched", "kernel-headers"])
+# EPEL (for dkms) and the CodeReady Builder repository it needs, as NVIDIA's guide sets them up per distribution.
+ROCKY = {"crb_enable": ["dnf", "config-manager", "--set-enabled"], "epel": "epel-release"}
+RHEL = {"crb_enable": ["subscription-manager", "repos", "--enable"]}
+ROCKY8 = dict(DNF8, el_prerequisites=dict(ROCKY, crb="powertools"))
+ROCKY9 = dict(DNF9, el_prerequisites=dict(ROCKY, crb="crb"))
+RHEL8 = dict(DNF8, el_prerequisites=dict(RHEL, crb="codeready-builder-for-rhel-8-x86_64-rpms",
+                                         epel="https://dl.fedoraproject.org/pub/epel/epel-release-latest-8.noarch.rpm"))
+RHEL9 = dict(DNF9, el_prerequisites=dict(RHEL, crb="codeready-builder-for-rhel-9-x86_64-rpms",
+                                         epel="https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm"))
 SUPPORTED = [
     ("Ubuntu", "20", "x86_64", "ubuntu2004/x86_64", APT),
     ("Ubuntu", "22", "x86_64", "ubuntu2204/x86_64", APT),
     ("Ubuntu", "24", "aarch64", "ubuntu2404/sbsa", APT),
     ("Debian", "12", "x86_64", "debian12/x86_64", APT_PINNED),
-    ("Rocky", "8", "x86_64", "rhel8/x86_64", DNF8),
-    ("Rocky", "9", "aarch64", "rhel9/sbsa", DNF9),
-    ("RedHat", "8", "x86_64", "rhel8/x86_64", DNF8),
-    ("RedHat", "9", "x86_64", "rhel9/x86_64", DNF9),
+    ("Rocky", "8", "x86_64", "rhel8/x86_64", ROCKY8),
+    ("Rocky", "9", "aarch64", "rhel9/sbsa", ROCKY9),
+    ("RedHat", "8", "x86_64", "rhel8/x86_64", RHEL8),
+    ("RedHat", "9", "x86_64", "rhel9/x86_64", RHEL9),
 ]
 
 
