@@ -13,7 +13,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import plan
+from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, plan
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -89,15 +90,11 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(
-        ("job", "script", "script_dir", "script_on_nodes", "script_args", "nproc_per_node", "master_port", "wait",
-         "env", "secret_env_names", "logs_dir", "group", "hang_timeout", "max_restarts", "launcher")
-    )
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
+        args = action_args.validated(self, documentation.DOCUMENTATION)
         try:
             result["plan"] = self._plan(args, task_vars)
         except plan.PlanError as exc:

@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import report
+from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, report
 
 display = Display()
 
@@ -23,11 +23,10 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("job", "hosts", "results", "logs_dir", "title", "fail_on_error", "cleanup", "show_job"))
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        args = self._task.args
+        args = action_args.validated(self, documentation.DOCUMENTATION)
         hosts = list(args.get("hosts") or [])
         results = []
         for index, found in enumerate(args.get("results") or []):
@@ -38,14 +37,12 @@ class ActionModule(ActionBase):
             if args.get("logs_dir"):
                 entry["log"] = os.path.join(str(args["logs_dir"]), "%s.log" % entry.get("host"))
             results.append(entry)
-        job = str(args.get("job", "?"))
-        table = report.format_table(results, show_job=bool(args.get("show_job", False)))
+        job = str(args["job"])
+        table = report.format_table(results, show_job=args["show_job"])
         display.display("%s\n%s" % (args.get("title") or "job %s" % job, table))
-        if args.get("cleanup"):
-            shutil.rmtree(str(args["cleanup"]), ignore_errors=True)
         result.update(changed=False, table=table.splitlines())
         message = report.failure_message(job, results)
-        if message and args.get("fail_on_error", True):
+        if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:
             result["warning"] = message

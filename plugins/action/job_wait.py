@@ -23,16 +23,19 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+
 display = Display()
 
-GANG_TRIGGERS = ("failed", "lost", "unreachable", "stopped", "hung")
-TERMINAL = ("succeeded", "failed", "stopped", "hung", "lost", "absent", "unreachable")
 INTERRUPT_VAR = "GPUFLEET_INTERRUPT_FILE"
 
 
@@ -60,7 +63,7 @@ def write_state(gang_dir: str, host: str, state: dict) -> None:
     os.replace(tmp, os.path.join(gang_dir, "%s.json" % host))
 
 
-def peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | None:
+def first_peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | None:
     """The first peer (by end time) whose state ends the job for everyone, or None."""
     found = []
     for peer in peers:
@@ -71,109 +74,144 @@ def peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | None:
                 state = json.load(handle)
         except (OSError, ValueError):
             continue
-        if state.get("state") in GANG_TRIGGERS and not state.get("stopped_for"):
+        if state.get("state") in JobState.GANG_STOP_TRIGGERS and not state.get(JobState.STOPPED_FOR):
             found.append(state)
     if not found:
         return None
     return min(found, key=lambda s: s.get("ended_at") or float("inf"))
 
 
+class GangWait:
+    """One node's wait: poll, say what changed, check the other nodes, stop this node's part when they failed.
+
+    The node is reached through the two callables it is given (status and stop), so the loop is tested without a
+    node; ActionModule wires them to gpufleet.cluster.job_status and job_stop."""
+
+    def __init__(self, host: str, node_rank: Any, hosts: list[str], gang_dir: str,
+                 status: Callable[[int | None], dict], stop: Callable[[str], None],
+                 say: Callable[[str], None] = display.display, max_misses: int = 3, progress: bool = False,
+                 progress_s: float = 5, poll_s: float = 2) -> None:
+        self.host, self.node_rank, self.hosts, self.gang_dir = host, node_rank, hosts, gang_dir
+        self.status, self.stop, self.say = status, stop, say
+        self.max_misses, self.progress, self.progress_s, self.poll_s = max_misses, progress, progress_s, poll_s
+        self.misses = 0
+        self.stopped_for: dict | None = None
+        self.was_interrupted = False
+        self.attempt = 1
+        self.last_shown = ""
+        self.last_shown_at = 0.0
+        self.started = time.monotonic()
+        self.current: dict = {"state": "unknown"}
+
+    def run(self, tail: int) -> dict:
+        """Until this node's part ends; then its final state, with the log's last `tail` lines."""
+        while True:
+            state = self.poll()
+            if state in JobState.WAIT_ENDED:
+                break
+            if not self.was_interrupted and interrupted():
+                self.was_interrupted = True
+                self.say("  [%s] interrupted on the controller: stopping this node's part" % self.host)
+                self.stop("stopped by gpufleet: interrupted on the controller (Ctrl-C)")
+                continue
+            self.show_progress()
+            if self.check_peers():
+                continue
+            sleep_unless_interrupted(self.poll_s)
+        return self.final(tail)
+
+    def poll(self) -> str | None:
+        """Read this node's job (a node that does not answer max_misses times in a row is unreachable), and tell
+        the other nodes' waits."""
+        answer = self.status(None)
+        if answer.get("failed") or answer.get("unreachable"):
+            self.misses += 1
+            if self.misses >= self.max_misses:
+                self.current = {"state": JobState.UNREACHABLE, "ended_at": time.time(), "error": answer.get("msg")}
+        else:
+            self.misses = 0
+            self.current = answer["jobs"][0]
+        state = self.current.get("state")
+        write_state(self.gang_dir, self.host, {"host": self.host, "node_rank": self.node_rank, "state": state,
+                                               "ended_at": self.current.get("ended_at"),
+                                               JobState.STOPPED_FOR: self.stopped_for})
+        return state
+
+    def show_progress(self) -> None:
+        """A new attempt, and the log's last line when it changed (at most every progress_s)."""
+        if not self.progress:
+            return
+        current = self.current
+        if isinstance(current.get("attempt"), int) and current["attempt"] != self.attempt:
+            self.attempt = current["attempt"]
+            self.say("  [%s] the job failed; attempt %d of %s on master port %s" % (
+                self.host, self.attempt, int(current.get("max_restarts") or 0) + 1, current.get("master_port")))
+        if current.get("last_line") and current["last_line"] != self.last_shown:
+            if time.monotonic() - self.last_shown_at >= self.progress_s:
+                self.last_shown, self.last_shown_at = current["last_line"], time.monotonic()
+                self.say("  [%s %4ds] %s" % (self.host, time.monotonic() - self.started, self.last_shown))
+
+    def check_peers(self) -> bool:
+        """Stop this node's part once, when another node's part ended the job; True when it did."""
+        if self.stopped_for is not None:
+            return False
+        self.stopped_for = first_peer_failure(self.gang_dir, self.host, self.hosts)
+        if self.stopped_for is None:
+            return False
+        reason = "stopped by gpufleet: %s (node_rank %s) %s" % (
+            self.stopped_for["host"], self.stopped_for.get("node_rank"), self.stopped_for["state"])
+        self.say("  [%s] %s; stopping this node's part" % (self.host, reason))
+        self.stop(reason)
+        return True
+
+    def final(self, tail: int) -> dict:
+        current = self.current
+        if current.get("state") != JobState.UNREACHABLE:
+            answer = self.status(tail)
+            if not answer.get("failed") and not answer.get("unreachable"):
+                current = answer["jobs"][0]
+        current.update(host=self.host, node_rank=self.node_rank)
+        if self.stopped_for is not None:
+            current[JobState.STOPPED_FOR] = self.stopped_for["host"]
+        if self.was_interrupted:
+            current["interrupted"] = True
+        return current
+
+
 class ActionModule(ActionBase):
     """Polls the node's job until it ends; stops it when another node's part failed."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(
-        ("job", "jobs_dir", "node_rank", "hosts", "gang_dir", "poll_s", "progress", "progress_s", "max_misses", "tail")
-    )
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        args = self._task.args
-        host = task_vars["inventory_hostname"]
-        job = args["job"]
-        jobs_dir = args.get("jobs_dir", "~/.gpufleet/jobs")
-        poll_s = float(args.get("poll_s", 2))
-        progress = bool(args.get("progress", False))
-        progress_s = float(args.get("progress_s", 5))
-        max_misses = int(args.get("max_misses", 3))
-        gang_dir = args["gang_dir"]
-        hosts = list(args.get("hosts") or [])
-        status_args = {"job": job, "jobs_dir": jobs_dir}
-
-        if progress and not os.environ.get(INTERRUPT_VAR):
+        args = action_args.validated(self, documentation.DOCUMENTATION)
+        job, jobs_dir = args["job"], args["jobs_dir"]
+        if args["progress"] and not os.environ.get(INTERRUPT_VAR):
             display.warning("Ctrl-C will leave job %s running on the nodes: enable the gpufleet.cluster.interrupt "
                             "callback (callbacks_enabled in ansible.cfg) to have it stop the job everywhere" % job)
-        misses = 0
-        stopped_for: dict | None = None
-        was_interrupted = False
-        attempt = 1
-        last_shown = ""
-        last_shown_at = 0.0
-        started = time.monotonic()
-        current: dict = {"state": "unknown"}
-        while True:
-            try:
-                answer = self._execute_module("gpufleet.cluster.job_status", module_args=status_args, task_vars=task_vars)
-            except AnsibleConnectionFailure as exc:
-                answer = {"failed": True, "msg": str(exc)}
-            if answer.get("failed") or answer.get("unreachable"):
-                misses += 1
-                if misses >= max_misses:
-                    current = {"state": "unreachable", "ended_at": time.time(), "error": answer.get("msg")}
-            else:
-                misses = 0
-                current = answer["jobs"][0]
-            state = current.get("state")
-            write_state(gang_dir, host, {"host": host, "node_rank": args.get("node_rank"), "state": state,
-                                         "ended_at": current.get("ended_at"), "stopped_for": stopped_for})
-            if state in TERMINAL:
-                break
-            if not was_interrupted and interrupted():
-                was_interrupted = True
-                display.display("  [%s] interrupted on the controller: stopping this node's part" % host)
-                self._stop(job, jobs_dir, "stopped by gpufleet: interrupted on the controller (Ctrl-C)", task_vars)
-                continue
-            if progress and isinstance(current.get("attempt"), int) and current["attempt"] != attempt:
-                attempt = current["attempt"]
-                display.display("  [%s] the job failed; attempt %d of %s on master port %s" % (
-                    host, attempt, int(current.get("max_restarts") or 0) + 1, current.get("master_port")))
-            if progress and current.get("last_line") and current["last_line"] != last_shown:
-                if time.monotonic() - last_shown_at >= progress_s:
-                    last_shown, last_shown_at = current["last_line"], time.monotonic()
-                    display.display("  [%s %4ds] %s" % (host, time.monotonic() - started, last_shown))
-            if stopped_for is None:
-                stopped_for = peer_failure(gang_dir, host, hosts)
-                if stopped_for is not None:
-                    reason = "stopped by gpufleet: %s (node_rank %s) %s" % (
-                        stopped_for["host"], stopped_for.get("node_rank"), stopped_for["state"])
-                    display.display("  [%s] %s; stopping this node's part" % (host, reason))
-                    self._stop(job, jobs_dir, reason, task_vars)
-                    continue
-            sleep_unless_interrupted(poll_s)
 
-        if current.get("state") != "unreachable":
+        def status(tail: int | None) -> dict:
+            module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
             try:
-                final = self._execute_module("gpufleet.cluster.job_status",
-                                             module_args=dict(status_args, tail=int(args.get("tail", 30))),
-                                             task_vars=task_vars)
-                current = final["jobs"][0] if not final.get("failed") else current
+                return self._execute_module("gpufleet.cluster.job_status", module_args=module_args,
+                                            task_vars=task_vars)
+            except AnsibleConnectionFailure as exc:
+                return {"failed": True, "msg": str(exc)}
+
+        def stop(reason: str) -> None:
+            try:
+                self._execute_module("gpufleet.cluster.job_stop",
+                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason},
+                                     task_vars=task_vars)
             except AnsibleConnectionFailure:
-                pass
-        current.update(host=host, node_rank=args.get("node_rank"), job=job)
-        if stopped_for is not None:
-            current["stopped_for"] = stopped_for["host"]
-        if was_interrupted:
-            current["interrupted"] = True
+                pass  # the node is unreachable: its own supervisor is all that can act there
+
+        wait = GangWait(task_vars["inventory_hostname"], args["node_rank"], list(args["hosts"] or []),
+                        args["gang_dir"], status, stop, max_misses=args["max_misses"], progress=args["progress"],
+                        progress_s=args["progress_s"], poll_s=args["poll_s"])
+        current = wait.run(args["tail"])
+        current["job"] = job
         result.update(changed=False, job_result=current)
         return result
-
-    def _stop(self, job: str, jobs_dir: str, reason: str, task_vars: dict) -> None:
-        try:
-            self._execute_module(
-                "gpufleet.cluster.job_stop",
-                module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason},
-                task_vars=task_vars,
-            )
-        except AnsibleConnectionFailure:
-            pass  # the node is unreachable: its own supervisor is all that can act there

@@ -13,7 +13,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests, verify
+from ansible_collections.gpufleet.cluster.plugins.modules import nccl_report as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, nccl_tests, verify
 
 display = Display()
 
@@ -23,23 +24,21 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("output", "pairs", "expected_busbw_gbps", "report_dir", "ib_before", "ib_after"))
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        args = self._task.args
-        expected = args.get("expected_busbw_gbps")
-        expected = float(expected) if expected not in (None, "") else None
-        folder = os.path.abspath(str(args["report_dir"]))
-        report = nccl_tests.parse(str(args.get("output") or ""))
+        args = action_args.validated(self, documentation.DOCUMENTATION)
+        expected = args["expected_busbw_gbps"]
+        folder = os.path.abspath(args["report_dir"])
+        report = nccl_tests.parse(args["output"])
         verdict = nccl_tests.verdict(report, expected)
         report["verdict"] = verdict
-        pair_reports = {str(pair): nccl_tests.parse(str(text)) for pair, text in (args.get("pairs") or {}).items()}
+        pair_reports = {str(pair): nccl_tests.parse(str(text)) for pair, text in (args["pairs"] or {}).items()}
         if pair_reports:
             report["pairwise"] = verify.pair_summary(pair_reports)
         traffic = {}
-        for host, before in (args.get("ib_before") or {}).items():
-            after = (args.get("ib_after") or {}).get(host)
+        for host, before in (args["ib_before"] or {}).items():
+            after = (args["ib_after"] or {}).get(host)
             if before and after:
                 traffic[str(host)] = netinfo.ib_traffic_bytes(before, after)
         report["infiniband_traffic_bytes"] = traffic

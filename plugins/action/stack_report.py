@@ -11,7 +11,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import verify
+from ansible_collections.gpufleet.cluster.plugins.modules import stack_report as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, verify
 
 display = Display()
 
@@ -21,15 +22,15 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("results", "expected_gpus"))
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        results = {str(host): dict(facts) for host, facts in (self._task.args.get("results") or {}).items()}
+        args = action_args.validated(self, documentation.DOCUMENTATION)
+        results = {str(host): dict(facts) for host, facts in args["results"].items()}
         table = verify.stack_table(results)
         services = verify.services_table(results)
         display.display("GPU stack on %d node(s)\n%s\n\nNVIDIA services\n%s" % (len(results), table, services))
-        problems = verify.stack_problems(results, dict(self._task.args.get("expected_gpus") or {}))
+        problems = verify.stack_problems(results, dict(args["expected_gpus"] or {}))
         problems += verify.services_problems(results)
         result.update(changed=False, table=table.splitlines(), services=services.splitlines(), problems=problems)
         if problems:

@@ -155,16 +155,16 @@ def status(path: str, tail: int = 0) -> dict:
     result: dict = {"job_dir": path, "log_path": os.path.join(path, sup.LOG_FILE)}
     spec = read_spec(path)
     if spec is None:
-        result.update(state="absent", running=False)
+        result.update(state=sup.JobState.ABSENT, running=False)
         return result
     state = sup.read_json(os.path.join(path, sup.STATE_FILE))
     if state is None or state.get("run_id") != spec.get("run_id"):
         # Launched, but the supervisor has not written its first state yet.
-        result.update(state="starting", run_id=spec.get("run_id"), running=True)
+        result.update(state=sup.JobState.STARTING, run_id=spec.get("run_id"), running=True)
         return result
     result.update(state)
-    if state.get("state") not in sup.TERMINAL_STATES and not sup.supervisor_alive(state):
-        result["state"] = "lost"
+    if state.get("state") not in sup.JobState.ENDED and not sup.supervisor_alive(state):
+        result["state"] = sup.JobState.LOST
         result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
     ended = state.get("ended_at") or time.time()
     if isinstance(state.get("started_at"), (int, float)):
@@ -172,7 +172,7 @@ def status(path: str, tail: int = 0) -> dict:
     lines = tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
     result["last_line"] = lines[-1] if lines else ""
     cause = None
-    if result["state"] in ("failed", "lost"):
+    if result["state"] in (sup.JobState.FAILED, sup.JobState.LOST):
         cause = torchrun_root_cause(lines) or mpirun_root_cause(lines, sup.read_json(os.path.join(path, launchers.MANIFEST)))
     if cause:
         if cause.get("error_file"):
@@ -187,7 +187,7 @@ def status(path: str, tail: int = 0) -> dict:
 
 
 def is_running(current: dict) -> bool:
-    return current.get("state") in sup.RUNNING_STATES
+    return current.get("state") in sup.JobState.ACTIVE
 
 
 def _write(path: str, content: str, mode: int) -> None:
@@ -264,7 +264,7 @@ def launch(
         )
     result["changed"] = True
     if check_mode:
-        result.update(pid=None, run_id=run_id, state="absent")
+        result.update(pid=None, run_id=run_id, state=sup.JobState.ABSENT)
         return result
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
@@ -325,9 +325,9 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         current = status(path)
-        if current["state"] not in ("starting", "absent") and current.get("pid"):
+        if current["state"] not in (sup.JobState.STARTING, sup.JobState.ABSENT) and current.get("pid"):
             return current
-        if current["state"] in sup.TERMINAL_STATES:
+        if current["state"] in sup.JobState.ENDED:
             raise JobError("the supervisor of %s could not start the job: %s"
                            % (path, current.get("error") or current.get("lost_reason") or current["state"]))
         time.sleep(0.05)
@@ -362,7 +362,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     grace = float(spec.get("grace_s", 10))
     killed = sup.end_run(token, grace) if token else 0
     final = status(path)
-    if is_running(final) or final["state"] == "lost":
+    if is_running(final) or final["state"] == sup.JobState.LOST:
         state = dict(sup.read_json(os.path.join(path, sup.STATE_FILE)) or {})
         state.update(state="stopped", stop_reason=reason, ended_at=time.time())
         sup.write_json_atomic(os.path.join(path, sup.STATE_FILE), state)

@@ -59,7 +59,7 @@ def kernel_interfaces(proc_root: str = "/proc", ipv4_of: Callable[[str], str | N
     except OSError:
         pass
     found: dict[str, list[str]] = {}
-    for name in [name for _, name in names()] + [name for name in ipv6]:
+    for name in [entry[1] for entry in names()] + list(ipv6):
         if name not in found:
             ipv4 = ipv4_of(name)
             found[name] = ([ipv4] if ipv4 else []) + ipv6.get(name, [])

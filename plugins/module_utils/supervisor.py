@@ -56,10 +56,45 @@ STOP_REQUEST_FILE = "stop_request"
 GANG_KEY_FILE = "gang_key"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
 TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
-TERMINAL_STATES = ("succeeded", "failed", "stopped", "hung", "lost")
-RUNNING_STATES = ("starting", "running", "stopping", "restarting")
-# Outcomes of one node's part of one attempt that end the attempt for the whole gang.
-GANG_FAILURES = ("failed", "stopped", "hung")
+
+
+class JobState:
+    """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
+    report name them. The controller side imports these; it keeps no copy.
+
+    starting -> running -> succeeded | failed | hung | stopped      the supervisor writes these in state.json
+    running -> stopping -> stopped                                   a stop request, or another node's failure
+    running -> restarting -> running                                 max_restarts: the whole gang starts again
+    lost          state.json says running but its supervisor is gone (job_status decides)
+    absent        there is no such job on the node (job_status)
+    unreachable   the node stopped answering the controller (job_wait decides)
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    HUNG = "hung"
+    LOST = "lost"
+    ABSENT = "absent"
+    UNREACHABLE = "unreachable"
+    # The key that names the node whose failure stopped this one ("stopped because of another node").
+    STOPPED_FOR = "stopped_for"
+    # Derived sets.
+    ACTIVE = (STARTING, RUNNING, STOPPING, RESTARTING)
+    ENDED = (SUCCEEDED, FAILED, STOPPED, HUNG, LOST)  # on the node
+    WAIT_ENDED = ENDED + (ABSENT, UNREACHABLE)  # where the controller's wait stops
+    # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
+    GANG_FAILURES = (FAILED, STOPPED, HUNG)
+    # States that make the controller's waits stop every other node's part (unless stopped for another node).
+    GANG_STOP_TRIGGERS = (FAILED, LOST, UNREACHABLE, STOPPED, HUNG)
+    # States the report counts as a failure of the node itself.
+    FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
+
+
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")
 _PR_SET_PDEATHSIG = 1
@@ -307,11 +342,12 @@ class Gang:
         self.sock.close()
 
 
-def peer_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
+def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
     """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
     for rank in gang.peers():
         news = gang.news.get(rank) or {}
-        if news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURES and not news.get("for_peer"):
+        if (news.get("attempt") == attempt and news.get("outcome") in JobState.GANG_FAILURES
+                and not news.get(JobState.STOPPED_FOR)):
             return rank, news
         if news.get("final") and news.get("attempt", 0) < attempt:
             return rank, dict(news, outcome="ended", reason="it has ended and will not take part in attempt %d" % attempt)
@@ -412,7 +448,7 @@ class Supervisor:
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
-            "for_peer": outcome.get("for_peer"), "silent_s": round(self._silence_s(), 1),
+            JobState.STOPPED_FOR: outcome.get(JobState.STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
         })
 
     def _watch(self) -> None:
@@ -425,7 +461,8 @@ class Supervisor:
             if pid in self.watched:
                 continue
             try:
-                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+                # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
+                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
             except OSError:
                 self.watched[pid] = None
         for pid, fd in list(self.watched.items()):
@@ -476,7 +513,7 @@ class Supervisor:
         if self.gang is None and not self.hang_timeout_s:
             return None
         if self.gang is not None:
-            failure = peer_failure(self.gang, self.attempt)
+            failure = gang_failure(self.gang, self.attempt)
             if failure is not None:
                 rank, news = failure
                 host = self.gang.host(rank)
@@ -569,10 +606,10 @@ class Supervisor:
         outcome = {"attempt": self.attempt, "master_port": port, "ended_at": time.time(),
                    "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": "succeeded"}
         if stopping is not None:
-            outcome.update(outcome=stopping[0], reason=stopping[1], for_peer=stopping[2], exit_code=1)
+            outcome.update(outcome=stopping[0], reason=stopping[1], stopped_for=stopping[2], exit_code=1)
         elif leader.get("outcome") != "succeeded":
             reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
-            outcome.update(outcome="stopped", reason=reason, for_peer=gang.host(0), exit_code=1)
+            outcome.update(outcome="stopped", reason=reason, stopped_for=gang.host(0), exit_code=1)
         return outcome
 
     def _run_attempt(self, port: int) -> dict:
@@ -615,7 +652,7 @@ class Supervisor:
             "outcome": "succeeded" if returncode == 0 else "failed",
         }
         if stopping is not None:
-            outcome.update(outcome=stopping[0], reason=stopping[1], for_peer=stopping[2])
+            outcome.update(outcome=stopping[0], reason=stopping[1], stopped_for=stopping[2])
         return outcome
 
     def _await_peers(self) -> str:
@@ -647,7 +684,7 @@ class Supervisor:
         if all(part.get("outcome") == "succeeded" for part in parts):
             return "succeeded"
         if self.stop_reason is not None or any(
-            part.get("outcome") == "hung" or (part.get("outcome") == "stopped" and not part.get("for_peer"))
+            part.get("outcome") == "hung" or (part.get("outcome") == "stopped" and not part.get(JobState.STOPPED_FOR))
             for part in parts
         ):
             return "stopped"
@@ -701,7 +738,7 @@ class Supervisor:
             ended_at=self.outcome["ended_at"],
             first_exit_at=self.outcome.get("first_exit_at"),
             stop_reason=self.outcome.get("reason") or self.stop_reason,
-            stopped_for=self.outcome.get("for_peer"),
+            stopped_for=self.outcome.get(JobState.STOPPED_FOR),
             gang=gang,
             # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
             # report orders it by this even when this node ended before counting it lost.

@@ -42,8 +42,11 @@ options:
     type: bool
     default: false
   script_args:
-    description: The script's arguments as one string, split like a shell does.
-    type: str
+    description:
+      - The script's arguments as one string, split like a shell does.
+      - Declared C(raw) so that a list is refused with a message that shows the string form, rather than being
+        turned into its text.
+    type: raw
   nproc_per_node:
     description: Ranks per node (at least 1); the nodes' GPU count when unset.
     type: raw

@@ -51,9 +51,6 @@ options:
     description: Fail when a node failed.
     type: bool
     default: true
-  cleanup:
-    description: A controller folder to remove (the wait's exchange folder).
-    type: str
 """
 
 EXAMPLES = r"""

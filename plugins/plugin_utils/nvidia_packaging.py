@@ -77,15 +77,20 @@ def branch_packages(listing: str, branch: object) -> list[str]:
 
 
 def other_branch_packages(listing: str, branch: object) -> list[str]:
-    """The installed NVIDIA driver packages of other branches (by the -<branch> in their names): their holds are
-    released before another branch is installed, so that apt may replace them (it will not remove a held package)."""
+    """The installed NVIDIA driver packages of other branches: by the -<branch> in their names, or, for the
+    unversioned names NVIDIA's pinned packaging uses (nvidia-open, libnvidia-compute), by their version's branch.
+    Their holds are released before another branch is installed, so that apt may replace them (its resolver will
+    not remove a held package)."""
     number = str(branch)
     found = []
     for line in listing.splitlines():
-        name = (line.split() or [""])[0]
-        nvidia = name.startswith(DRIVER_PACKAGE_PREFIXES)
-        other = re.search(r"-(\d{3})($|-)", name)
-        if nvidia and other and other.group(1) != number:
+        fields = line.split()
+        name, version = (fields + ["", ""])[:2]
+        if not name.startswith(DRIVER_PACKAGE_PREFIXES):
+            continue
+        named = re.search(r"-(\d{3})($|-)", name)
+        versioned = re.match(r"(\d+:)?(\d{3})\.", version)
+        if (named and named.group(1) != number) or (not named and versioned and versioned.group(2) != number):
             found.append(name)
     return sorted(set(found))
 

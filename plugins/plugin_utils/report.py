@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-FAILED_STATES = ("failed", "lost", "unreachable", "hung")
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))
 JOB_COLUMN = ("job", "job")
@@ -38,9 +39,9 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for result in results:
         state = str(result.get("state", "?"))
-        if state == "stopped" and result.get("interrupted"):
+        if state == JobState.STOPPED and result.get("interrupted"):
             state = "stopped (Ctrl-C)"
-        elif state == "stopped" and result.get("stopped_for"):
+        elif state == JobState.STOPPED and result.get(JobState.STOPPED_FOR):
             state = "stopped (gang)"
         attempts = result.get("attempts")
         rows.append(
@@ -81,7 +82,7 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     and their launchers may well end first. A lost or unreachable node's time is when the other nodes' supervisors
     last heard its heartbeat.
     """
-    failed = [r for r in results if r.get("state") in FAILED_STATES]
+    failed = [r for r in results if r.get("state") in JobState.FAILURES]
     if not failed:
         return None
     # A node whose supervisor vanished, or that went silent, failed when the others last heard it: as recorded when
@@ -96,7 +97,7 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
 
     def when(result: Mapping[str, Any]) -> float:
         host = str(result.get("host"))
-        if result.get("state") in ("lost", "unreachable") and (host in lost_at or host in heard_at):
+        if result.get("state") in (JobState.LOST, JobState.UNREACHABLE) and (host in lost_at or host in heard_at):
             return lost_at.get(host, heard_at.get(host, float("inf")))
         return result.get("first_exit_at") or result.get("ended_at") or float("inf")
 
@@ -111,16 +112,16 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     cause = first_failure(results)
     if cause is None:
         return None
-    if all(r.get("state") == "hung" for r in results if r.get("state") in FAILED_STATES):
+    if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in JobState.FAILURES):
         return "job %s hung and was stopped on every node: %s." % (
             job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds")
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")
     root = cause.get("root_cause")
-    if state == "unreachable":
+    if state == JobState.UNREACHABLE:
         parts.append("the node stopped answering")
-    elif state == "lost":
+    elif state == JobState.LOST:
         parts.append(str(cause.get("lost_reason") or "its supervisor vanished"))
     elif isinstance(root, Mapping):
         what = ("was killed by %s" % root["signal"]) if root.get("signal") else ("exited with code %s" % root.get("exit_code"))

@@ -10,7 +10,9 @@ import os
 import signal
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import TERMINAL_STATES as TERMINAL
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+
+TERMINAL = JobState.ENDED
 from hostview import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -54,6 +54,20 @@ Type=forking
 ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
 ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
 """
+# The daemons, for nodes whose init is systemd: each forks a process that stays (Type=forking), named as the
+# daemon is, and records the arguments it was started with, so that a test reads what the node really runs.
+PERSISTENCED = """#!/bin/bash
+mkdir -p /var/run/nvidia-persistenced
+echo "$*" > /var/run/nvidia-persistenced/gpufleet-standin-args
+(exec -a nvidia-persistenced sleep infinity) > /dev/null 2>&1 &
+"""
+FABRICMANAGER = """#!/bin/bash
+case "$1" in
+    -c) mkdir -p /run/gpufleet-standin; echo "$*" > /run/gpufleet-standin/nv-fabricmanager-args
+        (exec -a nv-fabricmanager sleep infinity) > /dev/null 2>&1 & ;;
+    *) echo 'Fabric Manager version is : %s' ;;
+esac
+"""
 FABRICMANAGER_UNIT = """[Unit]
 Description=NVIDIA fabric manager service
 
@@ -72,7 +86,8 @@ for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
         EXTRAS[(_part, _version)] = {"Conflicts": "%s, %s" % (_part.replace(_branch, _other), _part[:-4])}
     for _name in ("nvidia-open-%s" % _branch, "cuda-drivers-%s" % _branch):
         PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
-                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
+                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+                                           "/usr/bin/nvidia-persistenced": PERSISTENCED}))
         EXTRAS[(_name, _version)] = {
             "Depends": "libnvidia-compute-{0} (= {1}), nvidia-utils-{0} (= {1})".format(_branch, _version),
             "Conflicts": "nvidia-open-%s, cuda-drivers-%s, nvidia-open, cuda-drivers" % (_other, _other),
@@ -90,7 +105,8 @@ for _version in ("580.95.05-1", "590.44.01-1"):
         EXTRAS[(_part, _version)] = {"Conflicts": "%s-570, %s-575" % (_part, _part)}
     for _name in ("nvidia-open", "cuda-drivers"):
         PACKAGES.append((_name, _version, {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n",
-                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT}))
+                                           "/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT,
+                                           "/usr/bin/nvidia-persistenced": PERSISTENCED}))
         EXTRAS[(_name, _version)] = {
             "Depends": ", ".join("%s (= %s)" % (part, _version) for part in PINNED_PARTS),
             "Conflicts": "%s, %s" % ("cuda-drivers" if _name == "nvidia-open" else "nvidia-open", VERSIONED),
@@ -105,7 +121,7 @@ for _branch, _drivers, _versions in (("570", ("nvidia-open-570", "cuda-drivers-5
     for _version in _versions:
         PACKAGES.append(("nvidia-fabricmanager-" + _branch, _version, {
             "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
-            "/usr/bin/nv-fabricmanager": "#!/bin/sh\necho 'Fabric Manager version is : %s'\n" % _version.split("-")[0]}))
+            "/usr/bin/nv-fabricmanager": FABRICMANAGER % _version.split("-")[0]}))
         EXTRAS[("nvidia-fabricmanager-" + _branch, _version)] = {
             "Depends": " | ".join("%s (= %s)" % (driver, _version) for driver in _drivers)}
 # This machine's kernel has no Debian headers package: a stand-in under the name the driver role installs.

@@ -59,7 +59,7 @@ SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "op
 # GPUFLEET_TEST_SSH_PORT, then wait forever. The first start seeds the controller's key and a Debian installer's
 # /etc/hosts line (127.0.1.1 <hostname>). On a node whose /etc/hosts the runtime manages (a bind mount, not
 # --no-hosts) the line is added to the runtime's file in place, which keeps the bind mount.
-NODE_INIT = r"""
+NODE_SEED = r"""
 set -e
 mkdir -p /run/sshd /root/.ssh
 chmod 700 /root/.ssh
@@ -74,10 +74,15 @@ if [ ! -e /var/lib/gpufleet-test-seeded ]; then
     fi
     touch /var/lib/gpufleet-test-seeded
 fi
-ssh-keygen -A
+"""
+NODE_INIT = NODE_SEED + r"""ssh-keygen -A
 /usr/sbin/sshd -e -p "${GPUFLEET_TEST_SSH_PORT:-22}"
 exec sleep infinity
 """
+# Nodes whose init is systemd (shared/TESTBED.md, "systemd as a node's init"), for the roles that enable and start
+# services (Fabric Manager, nvidia-persistenced): started on demand, with sshd as systemd's ssh.service on port 22.
+SYSTEMD_NODES = (6,)
+SYSTEMD_PACKAGES = ",systemd,systemd-sysv,dbus"
 # Nodes as users have them (shared/TESTBED.md): node1 keeps the runtime's bind-mounted /etc/hosts (it is never
 # stopped or disconnected by the fault tests, which would make podman rewrite that file), and node2's sshd
 # listens on 2222, as Docker-based nodes' often do. Every node starts with the 127.0.1.1 line.
@@ -97,6 +102,7 @@ FAKE_SYS = {
     2: (_FAKE_PCI.format(root=FAKE_SYS_ROOT, address="0000:18:00.0", klass="0x030200", device="0x2330")
         + _FAKE_PCI.format(root=FAKE_SYS_ROOT, address="0000:05:00.0", klass="0x068000", device="0x22a3")),
 }
+FAKE_SYS[6] = FAKE_SYS[2]
 
 
 def log(message: str) -> None:
@@ -117,20 +123,23 @@ def ensure_system_packages() -> None:
     subprocess.run([os.path.join(REPO, "scripts", "install-system-packages.sh"), *SYSTEM_PACKAGES], check=True)
 
 
-def image_name() -> str:
-    recipe = "\n".join([SUITE, PACKAGES, NODE_INIT])
-    return "localhost/gpufleet-node:%s-%s" % (SUITE, hashlib.sha256(recipe.encode()).hexdigest()[:12])
+def image_name(systemd: bool = False) -> str:
+    packages = PACKAGES + (SYSTEMD_PACKAGES if systemd else "")
+    recipe = "\n".join([SUITE, packages, NODE_INIT])
+    return "localhost/gpufleet-node%s:%s-%s" % ("-systemd" if systemd else "", SUITE,
+                                                hashlib.sha256(recipe.encode()).hexdigest()[:12])
 
 
-def ensure_image() -> str:
-    name = image_name()
+def ensure_image(systemd: bool = False) -> str:
+    name = image_name(systemd)
     if podman("image", "exists", name, check=False).returncode == 0:
         return name
     log("building %s with debootstrap (about a minute)" % name)
     os.makedirs(CACHE, exist_ok=True)
     rootfs = tempfile.mkdtemp(prefix="rootfs-", dir=CACHE)
     try:
-        subprocess.run(["debootstrap", "--variant=minbase", "--include=" + PACKAGES, SUITE, rootfs],
+        packages = PACKAGES + (SYSTEMD_PACKAGES if systemd else "")
+        subprocess.run(["debootstrap", "--variant=minbase", "--include=" + packages, SUITE, rootfs],
                        check=True, stdout=subprocess.DEVNULL)
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
         env = dict(os.environ, CONTAINERS_CONF=CONTAINERS_CONF)
@@ -192,15 +201,36 @@ def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: 
     name = container_name(index)
     podman("rm", "--force", "--time", "0", name, check=False)
     hosts = [] if index in RUNTIME_HOSTS_NODES else ["--no-hosts"]
+    if index in SYSTEMD_NODES:
+        init = ["--systemd=always", ensure_image(systemd=True), "/sbin/init"]
+    else:
+        init = ["--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
+                "/bin/sh", "-c", NODE_INIT]
     podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
            "--ip", ADDRESS % (FIRST_HOST + index), *hosts, "--env", "GPUFLEET_TEST_SSH_PORT=%d" % ssh_port(index),
            "--volume", "%s:/seed:ro" % seed,
            "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--volume", "%s:/nvidia-repo:ro" % nvidia_repo,
-           "--label", "gpufleet-test=1",
-           "--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
-           "/bin/sh", "-c", NODE_INIT)
+           "--label", "gpufleet-test=1", *init)
+    if index in SYSTEMD_NODES:
+        wait_for_systemd(name)
+        podman("exec", name, "/bin/sh", "-c", NODE_SEED)
     if index in FAKE_SYS:
         podman("exec", name, "/bin/sh", "-c", "set -e\n" + FAKE_SYS[index])
+
+
+def wait_for_systemd(name: str, timeout: float = 90.0) -> None:
+    """Until systemd says the node is up (running, or degraded: a unit that cannot start in a container)."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        done = podman("exec", name, "systemctl", "is-system-running", check=False)
+        state = (done.stdout or b"").decode().strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    failed = podman("exec", name, "systemctl", "--failed", "--no-legend", check=False)
+    raise RuntimeError("systemd on %s is %r after %.0f s; failed units: %s"
+                       % (name, state, timeout, (failed.stdout or b"").decode().strip() or "none"))
 
 
 def scan_host_key(address: str, port: int = 22, timeout: float = 60.0) -> str:
@@ -262,6 +292,7 @@ def prepare() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ensure_system_packages()
         ensure_image()
+        ensure_image(systemd=True)
         ensure_wheelhouse()
         standin_repo.build(os.path.join(CACHE, "nvidia-standin"))
         standin_repo.build_nccl_tests_archive(CACHE)

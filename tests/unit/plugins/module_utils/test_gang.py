@@ -60,7 +60,7 @@ class Gang2:
 
     def ended(self):
         found = [self.status(rank) for rank in (0, 1)]
-        return found if all(s["state"] in sup.TERMINAL_STATES for s in found) else None
+        return found if all(s["state"] in sup.JobState.ENDED for s in found) else None
 
     def processes(self):
         return [pid for path in self.paths for pid in sup.run_processes(sup.run_token(jobs.read_spec(path)))]
@@ -139,7 +139,7 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
                    grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
     jobs.launch(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
-    final = wait_for(lambda: jobs.status(path)["state"] in sup.TERMINAL_STATES and jobs.status(path), timeout=15)
+    final = wait_for(lambda: jobs.status(path)["state"] in sup.JobState.ENDED and jobs.status(path), timeout=15)
     assert final["state"] == "stopped"
     assert "n1 (node_rank 1) lost" in final["stop_reason"]
 
@@ -200,7 +200,7 @@ def test_a_failed_part_with_no_restart_left_does_not_wait_for_a_silent_peer(gang
     g = gang([FOREVER, "echo started; sleep 2; exit 3\n"], heartbeat_s=1.0, heartbeat_misses=30)
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
     os.kill(g.status(0)["supervisor_pid"], signal.SIGKILL)
-    final = wait_for(lambda: g.status(1)["state"] in sup.TERMINAL_STATES and g.status(1), timeout=10)
+    final = wait_for(lambda: g.status(1)["state"] in sup.JobState.ENDED and g.status(1), timeout=10)
     assert final["state"] == "failed" and final["exit_code"] == 3
     wait_for(lambda: not sup.supervisor_alive(g.status(1)), timeout=5)  # and its supervisor has exited
 

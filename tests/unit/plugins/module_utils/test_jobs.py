@@ -57,7 +57,7 @@ def launch(tmp_path, body, run_id="r1", **kwargs):
 
 def ended(path):
     current = jobs.status(path)
-    return current if current["state"] in sup.TERMINAL_STATES else None
+    return current if current["state"] in sup.JobState.ENDED else None
 
 
 def token_processes(path):

@@ -62,3 +62,9 @@ def test_the_other_branches_packages_are_found_to_release_their_holds():
     assert pkg.other_branch_packages(listing, 575) == [
         "libnvidia-compute-570", "nvidia-fabricmanager-570", "nvidia-open-570", "nvidia-utils-570"]
     assert pkg.other_branch_packages(listing, 570) == []
+    # NVIDIA's pinned packaging (Debian from 580): unversioned names belong to the branch of their version.
+    pinned = ("nvidia-driver-pinning-580 580-1\nnvidia-open 580.95.05-1\nlibnvidia-compute 1:580.95.05-1\n"
+              "nvidia-utils 580.95.05-1\nlibnccl2 2.26.2-1+cuda12.8\ncuda-toolkit-12-8 12.8.1-1\n")
+    assert pkg.other_branch_packages(pinned, 570) == [
+        "libnvidia-compute", "nvidia-driver-pinning-580", "nvidia-open", "nvidia-utils"]
+    assert pkg.other_branch_packages(pinned, 580) == []

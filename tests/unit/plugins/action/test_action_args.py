@@ -1,0 +1,69 @@
+"""Every action plugin validates its arguments against the options its documentation shows."""
+
+import importlib
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.playbook.task import Task
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+
+# (action, its boolean options, the arguments it requires)
+ACTIONS = [
+    ("job_wait", ["progress"], {"job": "j", "gang_dir": "/tmp/g"}),
+    ("job_report", ["show_job", "fail_on_error"], {"job": "j", "results": []}),
+    ("job_plan", ["script_on_nodes", "wait"], {"script": "train.py"}),
+]
+REQUIRED = {name: required for name, _, required in ACTIONS}
+REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}})
+ALL_ACTIONS = sorted(REQUIRED)
+
+
+def action(name, args):
+    task = Task()
+    task.args = args
+    module = importlib.import_module("ansible_collections.gpufleet.cluster.plugins.action.%s" % name)
+    return module.ActionModule(task, mock.Mock(), mock.Mock(), loader=None, templar=None, shared_loader_obj=None)
+
+
+def documentation(name):
+    return importlib.import_module("ansible_collections.gpufleet.cluster.plugins.modules.%s" % name).DOCUMENTATION
+
+
+@pytest.mark.parametrize("name, booleans, required", ACTIONS)
+@pytest.mark.parametrize("word", ["false", "no", "0", "False", "off"])
+def test_false_strings_are_false(name, booleans, required, word):
+    args = action_args.validated(action(name, dict(required, **{option: word for option in booleans})),
+                                 documentation(name))
+    assert all(args[option] is False for option in booleans)
+
+
+@pytest.mark.parametrize("name, booleans, required", ACTIONS)
+def test_a_word_that_is_not_a_boolean_is_refused_naming_the_option(name, booleans, required):
+    with pytest.raises(AnsibleActionFail, match="argument '%s' is of type str" % booleans[0]):
+        action_args.validated(action(name, dict(required, **{booleans[0]: "maybe"})), documentation(name))
+
+
+@pytest.mark.parametrize("name", ALL_ACTIONS)
+def test_unknown_options_are_refused(name):
+    with pytest.raises(AnsibleActionFail, match="Unsupported parameters.*no_such_option"):
+        action_args.validated(action(name, dict(REQUIRED[name], no_such_option=1)), documentation(name))
+
+
+@pytest.mark.parametrize("name", ALL_ACTIONS)
+def test_each_action_plugin_validates_against_its_documentation(name):
+    """No action plugin reads self._task.args by hand (the spec comes from the documentation, via action_args)."""
+    source = open(importlib.import_module("ansible_collections.gpufleet.cluster.plugins.action.%s" % name).__file__).read()
+    assert "action_args.validated(self, documentation.DOCUMENTATION)" in source
+    assert "self._task.args" not in source and "_VALID_ARGS" not in source
+
+
+def test_the_spec_follows_the_documentation_suboptions_included():
+    spec = action_args.spec_from_documentation("""
+options:
+  a: {description: x, type: bool, default: false}
+  b: {description: y, type: list, elements: dict, required: true, suboptions: {c: {description: z, type: int}}}
+""")
+    assert spec == {"a": {"type": "bool", "default": False},
+                    "b": {"type": "list", "elements": "dict", "required": True, "options": {"c": {"type": "int"}}}}

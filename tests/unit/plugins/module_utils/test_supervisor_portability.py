@@ -1,0 +1,53 @@
+"""The supervisor is shipped to the nodes as its own source (gpufleet.cluster.launch) and runs there on the node's
+python3: standard library only, Python 3.8 syntax and calls. These tests fail when it stops being so."""
+
+import ast
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor
+
+VERMIN = os.path.join(os.path.dirname(sys.executable), "vermin")
+
+
+def imported_modules(source: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(str(node.module).split(".")[0])
+    return found
+
+
+def outside_stdlib(source: str) -> set[str]:
+    return {name for name in imported_modules(source) if name not in sys.stdlib_module_names}
+
+
+def vermin_violations(path: str) -> subprocess.CompletedProcess:
+    return subprocess.run([VERMIN, "-t=3.8-", "--violations", "--no-tips", path], capture_output=True, text=True,
+                          check=False)
+
+
+def test_the_shipped_supervisor_imports_only_the_standard_library():
+    source = inspect.getsource(supervisor)
+    assert outside_stdlib(source) == set()
+    assert outside_stdlib("import json\nfrom ansible.module_utils.basic import AnsibleModule\n") == {"ansible"}
+
+
+def test_the_shipped_supervisor_is_python_3_8_syntax():
+    ast.parse(inspect.getsource(supervisor), feature_version=(3, 8))
+    with pytest.raises(SyntaxError):  # the check sees newer syntax: a match statement is 3.10
+        ast.parse("match x:\n    case 1:\n        pass\n", feature_version=(3, 8))
+
+
+def test_the_shipped_supervisor_calls_nothing_newer_than_python_3_8(tmp_path):
+    done = vermin_violations(supervisor.__file__)
+    assert done.returncode == 0, done.stdout + done.stderr
+    newer = tmp_path / "newer.py"
+    newer.write_text("import math\nprint(math.lcm(4, 6))\n")  # math.lcm is 3.9
+    assert vermin_violations(str(newer)).returncode != 0
