@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 name: interrupt
 type: aggregate
 short_description: Ctrl-C while train.yml waits stops the job on every node and fetches its logs
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Without it, Ctrl-C ends C(ansible-playbook) at once, and an attached job goes on running on the nodes as if
     it had been launched detached (C(status.yml) and C(stop.yml) still reach it).

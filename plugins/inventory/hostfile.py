@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 name: hostfile
 short_description: The nodes of a pssh, MPI or DeepSpeed hostfile, or of a training platform's MLP_* variables
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads the host list you already have and makes it the group O(group) (C(gpu_nodes)) in the file's order,
     which is gpufleet's rank order. Each node gets C(ansible_host), and where the list says so C(ansible_user),

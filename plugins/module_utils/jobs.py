@@ -33,6 +33,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script imp
     render_launch_script,
 )
 
+
+def jobs_dir_spec() -> dict:
+    """The jobs_dir option every job module shares (documented by the gpufleet.cluster.job_folder fragment)."""
+    return {"jobs_dir": {"type": "path", "default": sup.Defaults.JOBS_DIR}}
+
+
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ENV_FILE = "env"
 SECRET_ENV_FILE = "secret_env"
@@ -359,7 +365,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
         while time.monotonic() < deadline and sup.supervisor_alive(current):
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
-    grace = float(spec.get("grace_s", 10))
+    grace = float(spec.get("grace_s", sup.Defaults.GRACE_S))
     killed = sup.end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == sup.JobState.LOST:

@@ -19,6 +19,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import Defaults
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A Linux interface name as the kernel allows it in practice (no spaces, quotes or slashes).
@@ -41,7 +42,7 @@ class JobSpec:
     workdir: str
     script_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
-    grace_s: float = 5.0
+    grace_s: float = Defaults.GRACE_S
     # The sha256 of a script written by the launch itself (script_content), so that changed code is a changed spec.
     script_sha256: str = ""
     # Environment files of the node (e.g. the nccl_env role's) sourced before the job's own environment, if present.
@@ -50,13 +51,12 @@ class JobSpec:
     secret_env_sha256: str = ""
     # The job's nodes as (inventory host, address) in rank order: the gang whose supervisors watch each other.
     nodes: tuple[tuple[str, str], ...] = ()
-    # UDP port of the gang's heartbeats on every node's address; 0 means master_port (UDP, not TCP).
-    gang_port: int = 0
-    heartbeat_s: float = 1.0
+    # Seconds between heartbeats (UDP, on master_port's number).
+    heartbeat_s: float = Defaults.HEARTBEAT_S
     # Heartbeats a node may miss before the others count it lost and stop.
-    heartbeat_misses: int = 5
+    heartbeat_misses: int = Defaults.HEARTBEAT_MISSES
     # Seconds a node waits for another node's first heartbeat.
-    join_timeout_s: float = 120.0
+    join_timeout_s: float = Defaults.JOIN_TIMEOUT_S
     # Seconds of silence in every node's log after which the job counts as hung and is stopped; 0 is off.
     hang_timeout_s: int = 0
     # Before a node's first output of an attempt, its silence counts towards hang_timeout_s only past this.

@@ -95,6 +95,16 @@ class JobState:
     FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
 
 
+class Defaults:
+    """The one home of each default of a job's supervision; the modules' argument specs and JobSpec read these."""
+
+    JOBS_DIR = "~/.gpufleet/jobs"  # one sub-folder per job on each node
+    GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run is stopped
+    HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
+    HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
+    JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
+
+
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")
 _PR_SET_PDEATHSIG = 1
@@ -255,12 +265,12 @@ class Gang:
         self.rank = int(spec["node_rank"])
         self.run_id = str(spec["run_id"])
         self.nodes = [(str(host), str(address)) for host, address in spec["nodes"]]
-        self.port = int(spec.get("gang_port") or spec["master_port"])
+        self.port = int(spec["master_port"])  # UDP; the rendezvous uses TCP on the same number
         self.key = key
         self.clock = clock
-        self.heartbeat_s = float(spec.get("heartbeat_s", 1.0))
-        self.lost_after_s = self.heartbeat_s * int(spec.get("heartbeat_misses", 5))
-        self.join_timeout_s = float(spec.get("join_timeout_s", 120))
+        self.heartbeat_s = float(spec.get("heartbeat_s", Defaults.HEARTBEAT_S))
+        self.lost_after_s = self.heartbeat_s * int(spec.get("heartbeat_misses", Defaults.HEARTBEAT_MISSES))
+        self.join_timeout_s = float(spec.get("join_timeout_s", Defaults.JOIN_TIMEOUT_S))
         self.started = clock()
         self.heard: dict[int, float] = {}
         self.news: dict[int, dict] = {}
@@ -378,7 +388,7 @@ class Supervisor:
         self.spec = spec
         self.run_id = str(spec["run_id"])
         self.token = run_token(spec)
-        self.grace_s = float(spec.get("grace_s", 5))
+        self.grace_s = float(spec.get("grace_s", Defaults.GRACE_S))
         self.hang_timeout_s = float(spec.get("hang_timeout_s") or 0)
         # An attempt's start (imports, data loading, rendezvous) is often silent for longer than a step: before
         # this node's first output of the attempt, its silence counts only past this allowance.

@@ -22,14 +22,11 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.attributes.read_only
+  - gpufleet.cluster.job_folder
 options:
   job:
     description: Name of the job; all jobs of O(jobs_dir) when omitted.
     type: str
-  jobs_dir:
-    description: Folder that holds one sub-folder per job on the node.
-    type: path
-    default: ~/.gpufleet/jobs
   tail:
     description: Number of log lines to return in RV(jobs[].log_tail).
     type: int
@@ -98,7 +95,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "job": {"type": "str"},
-            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            **jobs.jobs_dir_spec(),
             "tail": {"type": "int", "default": 0},
         },
         supports_check_mode=True,

@@ -21,6 +21,7 @@ author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.job_folder
 attributes:
   check_mode:
     support: full
@@ -35,10 +36,6 @@ options:
     description: Name of the job to stop.
     type: str
     required: true
-  jobs_dir:
-    description: Folder that holds one sub-folder per job on the node.
-    type: path
-    default: ~/.gpufleet/jobs
   reason:
     description: Why the job is stopped; recorded in the job's state.
     type: str
@@ -87,7 +84,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "job": {"type": "str", "required": True},
-            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            **jobs.jobs_dir_spec(),
             "reason": {"type": "str", "default": "stopped by request"},
             "timeout_s": {"type": "float", "default": 30},
         },

@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - gpufleet.cluster.job_folder
 attributes:
   check_mode:
     support: none
@@ -45,10 +46,6 @@ options:
     description: Job name.
     type: str
     required: true
-  jobs_dir:
-    description: The jobs folder on the node.
-    type: str
-    default: ~/.gpufleet/jobs
   node_rank:
     description: The node's rank, for the report.
     type: int

@@ -27,6 +27,7 @@ author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.job_folder
 attributes:
   check_mode:
     support: full
@@ -42,10 +43,6 @@ options:
     description: Name of the job; one folder name (letters, digits, C(.), C(_), C(-)).
     type: str
     required: true
-  jobs_dir:
-    description: Folder that holds one sub-folder per job on the node.
-    type: path
-    default: ~/.gpufleet/jobs
   node_rank:
     description: This node's rank, 0 for the master.
     type: int
@@ -118,8 +115,8 @@ options:
   nodes:
     description:
       - The job's nodes in rank order, each a list of two items, inventory name and address. When given, this
-        node's supervisor joins the gang - it sends a heartbeat to every other node's supervisor (UDP, on port
-        O(gang_port) of each address) and stops this node's part as soon as another node's part fails or another
+        node's supervisor joins the gang - it sends a heartbeat to every other node's supervisor (UDP, on the port
+        number of the job's first O(master_port), at each address) and stops this node's part as soon as another node's part fails or another
         node misses O(heartbeat_misses) heartbeats, whether or not a controller is still connected.
       - Leave it out for a job whose nodes are not to watch each other.
     type: list
@@ -129,10 +126,6 @@ options:
       - Key (the same on every node of the job) that authenticates the heartbeats with HMAC-SHA256. Required with
         O(nodes). Written to an owner-only file; never in an argument list or this module's output.
     type: str
-  gang_port:
-    description: UDP port of the heartbeats on every node; 0 means the same number as O(master_port).
-    type: int
-    default: 0
   heartbeat_s:
     description: Seconds between two heartbeats.
     type: float
@@ -309,7 +302,6 @@ def build_spec(params: dict) -> JobSpec:
         env_files=tuple(params["env_files"]),
         secret_env_sha256=secret_env_sha256(_as_strings(params["secret_env"])),
         nodes=tuple((str(node[0]), str(node[1])) for node in params["nodes"] or []),
-        gang_port=params["gang_port"],
         heartbeat_s=params["heartbeat_s"],
         heartbeat_misses=params["heartbeat_misses"],
         join_timeout_s=params["join_timeout_s"],
@@ -365,7 +357,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "job": {"type": "str", "required": True},
-            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            **jobs.jobs_dir_spec(),
             "node_rank": {"type": "int", "required": True},
             "nnodes": {"type": "int", "required": True},
             "nproc_per_node": {"type": "int"},
@@ -381,13 +373,12 @@ def main() -> None:
             "env_files": {"type": "list", "elements": "path", "default": []},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "run_id": {"type": "str"},
-            "grace_s": {"type": "float", "default": 5},
+            "grace_s": {"type": "float", "default": sup.Defaults.GRACE_S},
             "nodes": {"type": "list", "elements": "list"},
             "gang_key": {"type": "str", "no_log": True},
-            "gang_port": {"type": "int", "default": 0},
-            "heartbeat_s": {"type": "float", "default": 1},
-            "heartbeat_misses": {"type": "int", "default": 5},
-            "join_timeout_s": {"type": "float", "default": 120},
+            "heartbeat_s": {"type": "float", "default": sup.Defaults.HEARTBEAT_S},
+            "heartbeat_misses": {"type": "int", "default": sup.Defaults.HEARTBEAT_MISSES},
+            "join_timeout_s": {"type": "float", "default": sup.Defaults.JOIN_TIMEOUT_S},
             "hang_timeout_s": {"type": "int", "default": 0},
             "hang_startup_s": {"type": "float", "default": 0},
             "iface": {"type": "str", "default": ""},

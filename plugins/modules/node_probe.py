@@ -21,6 +21,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.attributes.read_only
+  - gpufleet.cluster.job_folder
 options:
   python:
     description: The training Python to look for.
@@ -29,10 +30,6 @@ options:
   job:
     description: Job name whose state to report.
     type: str
-  jobs_dir:
-    description: Folder that holds one sub-folder per job on the node.
-    type: path
-    default: ~/.gpufleet/jobs
   pick_port:
     description: Pick a free TCP port in 29500-29999 and return it as RV(free_port).
     type: bool
@@ -140,7 +137,7 @@ def main() -> None:
         argument_spec={
             "python": {"type": "str", "default": "python3"},
             "job": {"type": "str"},
-            "jobs_dir": {"type": "path", "default": "~/.gpufleet/jobs"},
+            **jobs.jobs_dir_spec(),
             "pick_port": {"type": "bool", "default": False},
             "check_port": {"type": "int"},
             "extra_ports": {"type": "int", "default": 0},

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import importlib
+
 import yaml
 
 # Option keys that mean something to the validator; the rest (description, version_added) are documentation.
@@ -21,8 +23,25 @@ _SPEC_KEYS = ("type", "required", "default", "elements", "choices", "no_log", "a
 
 
 def spec_from_documentation(documentation: str) -> dict[str, dict[str, Any]]:
-    """The argument spec the DOCUMENTATION string's options describe (suboptions included)."""
-    return _spec(yaml.safe_load(documentation).get("options") or {})
+    """The argument spec the DOCUMENTATION string's options describe (suboptions included), with the options of
+    the collection's own documentation fragments it extends (gpufleet.cluster.job_folder)."""
+    doc = yaml.safe_load(documentation)
+    options: dict[str, dict[str, Any]] = {}
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        options.update(_fragment_options(str(fragment)))
+    options.update(doc.get("options") or {})
+    return _spec(options)
+
+
+def _fragment_options(name: str) -> dict[str, dict[str, Any]]:
+    """The options of one of this collection's fragments (another collection's fragments carry none we use)."""
+    prefix = "gpufleet.cluster."
+    if not name.startswith(prefix):
+        return {}
+    module, attribute = (name[len(prefix):].split(".", 1) + [""])[:2]
+    fragments = importlib.import_module("ansible_collections.gpufleet.cluster.plugins.doc_fragments." + module)
+    text = getattr(fragments.ModuleDocFragment, attribute.upper() or "DOCUMENTATION")
+    return yaml.safe_load(text).get("options") or {}
 
 
 def _spec(options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -37,3 +37,13 @@ def test_the_derived_sets_are_made_of_the_states():
         assert set(derived) <= STATES
     assert not set(JobState.ACTIVE) & set(JobState.WAIT_ENDED)
     assert set(JobState.FAILURES) <= set(JobState.GANG_STOP_TRIGGERS) <= set(JobState.WAIT_ENDED)
+
+
+def test_the_job_roles_jobs_folder_default_is_the_supervisions():
+    """The one default the role must spell out itself (a role cannot import Python) agrees with Defaults."""
+    import yaml
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import Defaults
+
+    defaults = yaml.safe_load(open(os.path.join(PLUGINS, "..", "roles", "job", "defaults", "main.yml")))
+    assert defaults["job_jobs_dir"] == "{{ gpufleet_jobs_dir | default('%s') }}" % Defaults.JOBS_DIR

@@ -67,3 +67,11 @@ options:
 """)
     assert spec == {"a": {"type": "bool", "default": False},
                     "b": {"type": "list", "elements": "dict", "required": True, "options": {"c": {"type": "int"}}}}
+
+
+def test_options_of_the_collections_fragments_are_part_of_the_spec():
+    from ansible_collections.gpufleet.cluster.plugins.modules import job_wait
+
+    spec = action_args.spec_from_documentation(job_wait.DOCUMENTATION)
+    assert spec["jobs_dir"] == {"type": "path", "default": "~/.gpufleet/jobs"}  # from gpufleet.cluster.job_folder
+    assert "check_mode" not in spec  # ansible.builtin's attribute fragments carry no options

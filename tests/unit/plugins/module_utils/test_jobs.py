@@ -15,18 +15,9 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
+from waiting import wait_for
 
 SOURCE = open(sup.__file__).read()
-
-
-def wait_for(predicate, timeout=15.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("condition not met within %.0f s" % timeout)
 
 
 @pytest.fixture

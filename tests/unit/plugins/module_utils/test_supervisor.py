@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
-from test_jobs import wait_for
+from waiting import wait_for
 
 SOURCE = open(sup.__file__).read()
 KEY = "0123456789abcdef0123456789abcdef"
