@@ -6,7 +6,7 @@
 
 Layout of ``<jobs_dir>/<job>/`` (owner-only):
 
-- ``job.json``: the spec of the current launch (see launch_script.JobSpec) plus its run_id;
+- ``job.json``: the spec of the current launch (see job_spec.JobSpec) plus its run_id;
 - ``launch.sh`` and ``env``: the rendered launch script and environment;
 - ``hostfile`` and ``ranks.json``: the job's MPI/DeepSpeed hostfile and rank manifest (launchers.py);
 - ``supervisor.py`` and ``supervisor.log``: the supervisor and its own messages;
@@ -24,10 +24,10 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
-    JobSpec,
     job_environment,
     render_env_file,
     render_launch_script,
@@ -44,15 +44,6 @@ ENV_FILE = "env"
 SECRET_ENV_FILE = "secret_env"
 SUPERVISOR_FILE = "supervisor.py"
 SUPERVISOR_LOG = "supervisor.log"
-_ROOT_CAUSE_RE = re.compile(
-    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"
-    r".*?exitcode\s*:\s*(?P<code>-?\d+)(?:\s*\(pid:\s*\d+\))?",
-    re.S,
-)
-
-
-# torchrun's agent logs this line first when a worker fails; its traceback and summary follow.
-_AGENT_REPORT_RE = re.compile(r"torch/distributed/elastic/multiprocessing/api\.py:\d+\] failed \(exitcode")
 
 
 class JobError(Exception):
@@ -63,93 +54,6 @@ def job_dir(jobs_dir: str, job: str) -> str:
     """The job's folder; with job "" the jobs folder itself, absolute, '~' expanded with this process's HOME."""
     root = os.path.abspath(os.path.expanduser(jobs_dir))
     return os.path.join(root, job) if job else root
-
-
-def tail_lines(path: str, count: int, max_bytes: int = 65536) -> list[str]:
-    """The last count lines of a text file (reading at most max_bytes from its end)."""
-    if count <= 0:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # the first line read is probably cut
-    return lines[-count:]
-
-
-def torchrun_root_cause(lines: list[str]) -> dict | None:
-    """The first failed worker from torchrun's ChildFailedError summary: global rank, local rank, exit code."""
-    match = None
-    for match in _ROOT_CAUSE_RE.finditer("\n".join(lines)):
-        pass
-    if match is None:
-        return None
-    code = int(match.group("code"))
-    cause: dict = {"rank": int(match.group("rank")), "local_rank": int(match.group("local")), "exit_code": code}
-    if code < 0:
-        cause["signal"] = sup.signal_name(-code)
-    rest = "\n".join(lines)[match.end():].split("=" * 20, 1)[0]
-    error_file = re.search(r"^\s*error_file\s*:\s*(\S+)", rest, re.M)
-    if error_file and error_file.group(1) != "<N/A>":
-        cause["error_file"] = error_file.group(1)
-    traceback = rest.split("traceback :", 1)[1].strip().splitlines() if "traceback :" in rest else []
-    if traceback and not traceback[0].startswith("To enable traceback"):
-        cause["error"] = traceback[-1].strip()
-    return cause
-
-
-_MPIRUN_FIRST_RE = re.compile(
-    r"The first process to do so was:\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*Exit code:\s*(?P<code>-?\d+)")
-
-
-_MPIRUN_SIGNAL_RE = re.compile(
-    r"mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node \S+ exited on signal (?P<signal>\d+)")
-
-
-def mpirun_root_cause(lines: list[str], manifest: dict | None = None) -> dict | None:
-    """The first failed rank from Open MPI's report (exit code or signal), and its node (from the rank manifest)."""
-    text = "\n".join(lines)
-    match = None
-    for match in _MPIRUN_FIRST_RE.finditer(text):
-        pass
-    if match is not None:
-        rank = int(match.group("rank"))
-        cause: dict = {"rank": rank, "exit_code": int(match.group("code"))}
-    else:
-        for match in _MPIRUN_SIGNAL_RE.finditer(text):
-            pass
-        if match is None:
-            return None
-        rank, signum = int(match.group("rank")), int(match.group("signal"))
-        cause = {"rank": rank, "exit_code": 128 + signum, "signal": sup.signal_name(signum)}
-    for node in (manifest or {}).get("nodes", []):
-        first, last = node.get("ranks", [0, -1])
-        if first <= rank <= last:
-            cause.update(host=node.get("host"), local_rank=rank - first)
-    return cause
-
-
-def error_file_message(path: str) -> str | None:
-    """The exception a worker recorded in its TORCHELASTIC_ERROR_FILE (scripts whose entry point uses @record)."""
-    data = sup.read_json(path)
-    message = data.get("message") if data else None
-    if isinstance(message, dict):
-        message = message.get("message")
-    return str(message).strip() or None if message else None
-
-
-def without_agent_report(lines: list[str]) -> list[str]:
-    """The log up to torchrun's own failure report, which torchrun_root_cause() already sums up."""
-    for index, line in enumerate(lines):
-        if _AGENT_REPORT_RE.search(line):
-            return lines[:index]
-    return lines
 
 
 def read_spec(path: str) -> dict | None:
@@ -175,16 +79,16 @@ def status(path: str, tail: int = 0) -> dict:
     ended = state.get("ended_at") or time.time()
     if isinstance(state.get("started_at"), (int, float)):
         result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
-    lines = tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
+    lines = job_logs.tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
     result["last_line"] = lines[-1] if lines else ""
     cause = None
     if result["state"] in (sup.JobState.FAILED, sup.JobState.LOST):
-        cause = torchrun_root_cause(lines) or mpirun_root_cause(lines, sup.read_json(os.path.join(path, launchers.MANIFEST)))
+        cause = job_logs.torchrun_root_cause(lines) or job_logs.mpirun_root_cause(lines, sup.read_json(os.path.join(path, launchers.MANIFEST)))
     if cause:
         if cause.get("error_file"):
-            cause["error"] = error_file_message(cause["error_file"]) or cause.get("error")
+            cause["error"] = job_logs.error_file_message(cause["error_file"]) or cause.get("error")
         result["root_cause"] = cause
-        lines = without_agent_report(lines)
+        lines = job_logs.without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
     result["master_port"] = state.get("master_port") or spec.get("master_port")
     result["restart_ports"] = spec.get("restart_ports") or []

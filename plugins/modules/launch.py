@@ -268,8 +268,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
-    ENV_NAME_RE, IFACE_RE, JobSpec, secret_env_sha256,
+    ENV_NAME_RE,
+    IFACE_RE,
+    secret_env_sha256,
 )
 
 

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 
 SOURCE = open(sup.__file__).read()
@@ -195,28 +195,28 @@ def test_list_jobs(env):
 def test_tail_lines_reads_only_the_end(tmp_path):
     log = tmp_path / "log"
     log.write_text("".join("line %d\n" % i for i in range(100000)))
-    assert jobs.tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
-    assert jobs.tail_lines(str(tmp_path / "missing"), 3) == []
+    assert job_logs.tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
+    assert job_logs.tail_lines(str(tmp_path / "missing"), 3) == []
 
 
 def test_root_cause_from_real_torchrun_output():
     fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_child_failed.log")
     lines = open(fixture).read().splitlines()
-    assert jobs.torchrun_root_cause(lines) == {"rank": 1, "local_rank": 0, "exit_code": 3}
+    assert job_logs.torchrun_root_cause(lines) == {"rank": 1, "local_rank": 0, "exit_code": 3}
 
 
 def test_root_cause_with_a_signal():
     lines = ["Root Cause (first observed failure):", "[0]:", "  time      : x", "  host      : h",
              "  rank      : 6 (local_rank: 2)", "  exitcode  : -9 (pid: 123)"]
-    assert jobs.torchrun_root_cause(lines) == {"rank": 6, "local_rank": 2, "exit_code": -9, "signal": "SIGKILL"}
-    assert jobs.torchrun_root_cause(["nothing here"]) is None
+    assert job_logs.torchrun_root_cause(lines) == {"rank": 6, "local_rank": 2, "exit_code": -9, "signal": "SIGKILL"}
+    assert job_logs.torchrun_root_cause(["nothing here"]) is None
 
 
 def test_log_tail_of_a_failed_torchrun_job_ends_before_the_agents_own_report():
     fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_child_failed.log")
     lines = open(fixture).read().splitlines()
-    assert jobs.without_agent_report(lines) == ["failing now"]
-    assert jobs.without_agent_report(["just", "training"]) == ["just", "training"]
+    assert job_logs.without_agent_report(lines) == ["failing now"]
+    assert job_logs.without_agent_report(["just", "training"]) == ["just", "training"]
 
 
 def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(env):
@@ -237,13 +237,13 @@ def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(
 def test_root_cause_names_the_error_the_worker_recorded(tmp_path):
     fixture = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "torchrun_error_file.log")
     lines = open(fixture).read().splitlines()
-    cause = jobs.torchrun_root_cause(lines)
+    cause = job_logs.torchrun_root_cause(lines)
     assert cause == {"rank": 1, "local_rank": 1, "exit_code": 1, "error": "ValueError: loss is NaN at step 7",
                      "error_file": "/home/ml/.gpufleet/jobs/rec/torchelastic/none_x1/attempt_0/1/error.json"}
     recorded = tmp_path / "error.json"
     recorded.write_text('{"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {}}}')
-    assert jobs.error_file_message(str(recorded)) == "RuntimeError: CUDA out of memory"
-    assert jobs.error_file_message(str(tmp_path / "missing.json")) is None
+    assert job_logs.error_file_message(str(recorded)) == "RuntimeError: CUDA out of memory"
+    assert job_logs.error_file_message(str(tmp_path / "missing.json")) is None
 
 
 def test_stop_ends_a_stopped_process_without_waiting_for_the_grace_period(env):
@@ -268,10 +268,10 @@ the job to be terminated. The first process to do so was:
 def test_mpirun_root_cause_names_the_rank_and_its_node_from_the_manifest():
     manifest = {"nodes": [{"host": "node0", "ranks": [0, 1]}, {"host": "node1", "ranks": [2, 3]},
                           {"host": "node2", "ranks": [4, 5]}]}
-    assert jobs.mpirun_root_cause(MPIRUN_REPORT, manifest) == {"rank": 4, "exit_code": 3, "host": "node2",
+    assert job_logs.mpirun_root_cause(MPIRUN_REPORT, manifest) == {"rank": 4, "exit_code": 3, "host": "node2",
                                                                "local_rank": 0}
-    assert jobs.mpirun_root_cause(MPIRUN_REPORT) == {"rank": 4, "exit_code": 3}
-    assert jobs.mpirun_root_cause(["nothing"]) is None
+    assert job_logs.mpirun_root_cause(MPIRUN_REPORT) == {"rank": 4, "exit_code": 3}
+    assert job_logs.mpirun_root_cause(["nothing"]) is None
 
 
 def test_mpirun_root_cause_of_a_rank_killed_by_a_signal():
@@ -280,5 +280,5 @@ def test_mpirun_root_cause_of_a_rank_killed_by_a_signal():
              "-" * 74]
     manifest = {"nodes": [{"host": "node0", "ranks": [0, 1]}, {"host": "node1", "ranks": [2, 3]},
                           {"host": "node2", "ranks": [4, 5]}]}
-    assert jobs.mpirun_root_cause(lines, manifest) == {"rank": 4, "exit_code": 134, "signal": "SIGABRT",
+    assert job_logs.mpirun_root_cause(lines, manifest) == {"rank": 4, "exit_code": 134, "signal": "SIGABRT",
                                                        "host": "node2", "local_rank": 0}

@@ -11,8 +11,12 @@ import subprocess
 
 import pytest
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
-    JobSpec, job_environment, render_env_file, render_launch_script)
+    job_environment,
+    render_env_file,
+    render_launch_script,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launchers import torchrun_command
 
 NASTY = ["plain", "with space", "it's", 'say "hi"', "$HOME", "`id`", "back\\slash", "new\nline", "*", "", "--x=a b"]

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
-    JobSpec,
     job_environment,
     render_env_file,
     render_launch_script,

@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 
 SOURCE = open(sup.__file__).read()

@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""JobSpec: everything that defines one node's part of a job (written to job.json; two equal specs are the same
+launch). Made by the launch module, rendered by launch_script, read back by the supervisor as a dict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import Defaults
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that defines one node's part of a job; two equal specs are the same launch."""
+
+    job: str
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    python: str
+    script: str
+    workdir: str
+    script_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    grace_s: float = Defaults.GRACE_S
+    # The sha256 of a script written by the launch itself (script_content), so that changed code is a changed spec.
+    script_sha256: str = ""
+    # Environment files of the node (e.g. the nccl_env role's) sourced before the job's own environment, if present.
+    env_files: tuple[str, ...] = ()
+    # The sha256 of the job's secret environment: the values live only in the owner-only secret_env file.
+    secret_env_sha256: str = ""
+    # The job's nodes as (inventory host, address) in rank order: the gang whose supervisors watch each other.
+    nodes: tuple[tuple[str, str], ...] = ()
+    # Seconds between heartbeats (UDP, on master_port's number).
+    heartbeat_s: float = Defaults.HEARTBEAT_S
+    # Heartbeats a node may miss before the others count it lost and stop.
+    heartbeat_misses: int = Defaults.HEARTBEAT_MISSES
+    # Seconds a node waits for another node's first heartbeat.
+    join_timeout_s: float = Defaults.JOIN_TIMEOUT_S
+    # Seconds of silence in every node's log after which the job counts as hung and is stopped; 0 is off.
+    hang_timeout_s: int = 0
+    # Before a node's first output of an attempt, its silence counts towards hang_timeout_s only past this.
+    hang_startup_s: float = 0.0
+    # The interface of this node's cluster address: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME where nothing sets them.
+    iface: str = ""
+    # Launches of the whole gang again after a failure, each on the next of restart_ports.
+    max_restarts: int = 0
+    restart_ports: tuple[int, ...] = ()
+    # torchrun, deepspeed, mpirun, horovodrun or none (see launchers.py).
+    launcher: str = "torchrun"
+    # Ranks on each node, in rank order (the hostfile's slots and the rank manifest's ranges).
+    slots: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["script_args"] = list(self.script_args)
+        data["env"] = dict(self.env)
+        data["env_files"] = list(self.env_files)
+        data["nodes"] = [list(node) for node in self.nodes]
+        data["restart_ports"] = list(self.restart_ports)
+        data["slots"] = list(self.slots)
+        return data
