@@ -35,6 +35,7 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import hashlib
 import hmac
@@ -93,6 +94,11 @@ class JobState:
     GANG_STOP_TRIGGERS = (FAILED, LOST, UNREACHABLE, STOPPED, HUNG)
     # States the report counts as a failure of the node itself.
     FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
+
+
+# Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and
+# the node whose failure stopped it (None when it is not another node's).
+StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for"))
 
 
 class Defaults:
@@ -518,8 +524,20 @@ class Supervisor:
             return now - self.last_output
         return now - self.attempt_started - self.hang_startup_s
 
-    def _gang_stop_reason(self) -> tuple[str, str, str | None] | None:
-        """(outcome, reason, peer host) when this node's part must stop because of the gang, else None."""
+    def _stop_decision(self) -> StopReason | None:
+        """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
+        gang's reason."""
+        if self.stop_reason is not None:
+            return StopReason(JobState.STOPPED, self.stop_reason, None)
+        return self._gang_stop_reason()
+
+    def _begin_stop(self, stop: StopReason) -> None:
+        self._save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
+        self._log(stop.reason)
+
+    def _gang_stop_reason(self) -> StopReason | None:
+        """Why this node's part must stop because of the gang (another node failed or was lost, or every node's log
+        has been silent for hang_timeout_s), else None."""
         if self.gang is None and not self.hang_timeout_s:
             return None
         if self.gang is not None:
@@ -527,22 +545,22 @@ class Supervisor:
             if failure is not None:
                 rank, news = failure
                 host = self.gang.host(rank)
-                if news.get("outcome") == "hung":  # a hang is the whole job's, not one node's
-                    return "hung", str(news.get("reason")), None
-                return "stopped", "stopped by gpufleet: %s" % describe(host, rank, news), host
+                if news.get("outcome") == JobState.HUNG:  # a hang is the whole job's, not one node's
+                    return StopReason(JobState.HUNG, str(news.get("reason")), None)
+                return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
             lost = self.gang.lost()
             if lost:
                 self._note_lost(lost)
                 host = self.gang.host(lost[0])
-                return ("stopped", "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s"
-                        % (host, lost[0], self.gang.lost_after_s), host)
+                return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for "
+                                  "%.0f s" % (host, lost[0], self.gang.lost_after_s), host)
         if self.hang_timeout_s:
             silences = [self._silence_s()]
             if self.gang is not None:
                 silences += [self.gang.silence_s(rank) for rank in self.gang.peers()]
             if all(s is not None and s >= self.hang_timeout_s for s in silences):
-                return ("hung", "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
-                        % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
+                return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
+                                  % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
         return None
 
     def _note_lost(self, ranks: list[int]) -> None:
@@ -597,18 +615,16 @@ class Supervisor:
         if gang is None:  # _follower() is only true with a gang
             raise RuntimeError("a follower needs the gang")
         leader: dict = {}
-        stopping: tuple[str, str, str | None] | None = None
+        stopping: StopReason | None = None
         while True:
             self._watch()
             self._tick("running")
             leader = gang.news.get(0) or {}
             if leader.get("attempt") == self.attempt and leader.get("phase") == "ended" or leader.get("final"):
                 break
-            stopping = (("stopped", self.stop_reason, None) if self.stop_reason is not None
-                        else self._gang_stop_reason())
+            stopping = self._stop_decision()
             if stopping is not None:
-                self._save(state="stopping", stop_reason=stopping[1], stop_requested_at=time.time())
-                self._log(stopping[1])
+                self._begin_stop(stopping)
                 break
         # Whatever of the run is still on this node is ended: node 0's launcher is done with it, or it must stop.
         self._unwatch()
@@ -616,7 +632,8 @@ class Supervisor:
         outcome = {"attempt": self.attempt, "master_port": port, "ended_at": time.time(),
                    "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": "succeeded"}
         if stopping is not None:
-            outcome.update(outcome=stopping[0], reason=stopping[1], stopped_for=stopping[2], exit_code=1)
+            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for,
+                           exit_code=1)
         elif leader.get("outcome") != "succeeded":
             reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
             outcome.update(outcome="stopped", reason=reason, stopped_for=gang.host(0), exit_code=1)
@@ -627,21 +644,17 @@ class Supervisor:
         self._begin_attempt()
         child = self._start(port)
         self._save(state="running", pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
-        stopping: tuple[str, str, str | None] | None = None
+        stopping: StopReason | None = None
         stopping_since = 0.0
         killed = False
         while child.poll() is None:
             self._watch()
             self._tick("running")
             if stopping is None:
-                if self.stop_reason is not None:
-                    stopping = ("stopped", self.stop_reason, None)
-                else:
-                    stopping = self._gang_stop_reason()
+                stopping = self._stop_decision()
                 if stopping is not None:
                     stopping_since = time.monotonic()
-                    self._save(state="stopping", stop_reason=stopping[1], stop_requested_at=time.time())
-                    self._log(stopping[1])
+                    self._begin_stop(stopping)
                     terminate(self.token)
             elif not killed and time.monotonic() - stopping_since > self.grace_s:
                 signal_run(self.token, signal.SIGKILL)
@@ -662,7 +675,7 @@ class Supervisor:
             "outcome": "succeeded" if returncode == 0 else "failed",
         }
         if stopping is not None:
-            outcome.update(outcome=stopping[0], reason=stopping[1], stopped_for=stopping[2])
+            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
         return outcome
 
     def _await_peers(self) -> str:
@@ -713,6 +726,8 @@ class Supervisor:
     # -- the whole run ------------------------------------------------------------------------------------------
 
     def run(self) -> int:
+        """Supervise the job to its end; the supervisor's exit status is this node's exit code (1 when it could not
+        join the gang). Nothing waits for it: state.json and exit_code are what the job modules read."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._on_signal)
         try:
@@ -720,8 +735,8 @@ class Supervisor:
         except OSError as exc:
             self.outcome = {"outcome": "failed", "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
             self._write_exit_code(1)
-            self._save(state="failed", exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
-            return 0
+            self._save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
+            return 1
         self._save()
         while True:
             port = self.ports[self.attempt - 1]
@@ -761,12 +776,11 @@ class Supervisor:
                 self._beat("ended", final=True, force=True)
                 time.sleep(FAREWELL_GAP_S)
             self.gang.close()
-        return 0
+        return int(self.outcome["exit_code"])
 
-    def _write_exit_code(self, exit_code: int) -> int:
+    def _write_exit_code(self, exit_code: int) -> None:
         with open(os.path.join(self.job_dir, EXIT_CODE_FILE), "w") as handle:
             handle.write("%d\n" % exit_code)
-        return 0
 
 
 def main(argv: list[str]) -> int:
