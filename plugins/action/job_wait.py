@@ -30,7 +30,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState, write_json_atomic
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 
@@ -57,10 +57,7 @@ def sleep_unless_interrupted(seconds: float, step_s: float = 0.05) -> None:
 
 def write_state(gang_dir: str, host: str, state: dict) -> None:
     os.makedirs(gang_dir, mode=0o700, exist_ok=True)
-    tmp = os.path.join(gang_dir, ".%s.tmp" % host)
-    with open(tmp, "w") as handle:
-        json.dump(state, handle)
-    os.replace(tmp, os.path.join(gang_dir, "%s.json" % host))
+    write_json_atomic(os.path.join(gang_dir, "%s.json" % host), state)
 
 
 def first_peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | None:

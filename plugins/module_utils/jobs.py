@@ -100,15 +100,6 @@ def is_running(current: dict) -> bool:
     return current.get("state") in sup.JobState.ACTIVE
 
 
-def _write(path: str, content: str, mode: int) -> None:
-    tmp = "%s.tmp" % path
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def _read(path: str) -> str:
     try:
         with open(path) as handle:
@@ -184,20 +175,20 @@ def launch(
     for name in (sup.STATE_FILE, sup.EXIT_CODE_FILE, sup.STOP_REQUEST_FILE):
         if os.path.exists(os.path.join(path, name)):
             os.remove(os.path.join(path, name))
-    _write(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
+    sup.write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
     for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
-        _write(os.path.join(path, name), files[name], 0o600)
+        sup.write_atomic(os.path.join(path, name), files[name], 0o600)
     secret_path = os.path.join(path, SECRET_ENV_FILE)
     if secret_env:
-        _write(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
+        sup.write_atomic(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
     elif os.path.exists(secret_path):
         os.remove(secret_path)
     key_path = os.path.join(path, sup.GANG_KEY_FILE)
     if spec.nodes:
-        _write(key_path, gang_key + "\n", 0o600)  # authenticates the heartbeats; owner-only like the secrets
+        sup.write_atomic(key_path, gang_key + "\n", 0o600)  # authenticates the heartbeats; owner-only like the secrets
     elif os.path.exists(key_path):
         os.remove(key_path)
-    _write(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
+    sup.write_atomic(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
     spec_data = spec.as_dict()
     spec_data["run_id"] = run_id
     sup.write_json_atomic(os.path.join(path, sup.SPEC_FILE), spec_data)
@@ -209,7 +200,7 @@ def launch(
 def _write_script(spec: JobSpec, content: str) -> None:
     target = os.path.join(spec.workdir, spec.script)
     os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-    _write(target, content, 0o600)
+    sup.write_atomic(target, content, 0o600)
 
 
 def _keep_previous_log(path: str, previous: dict) -> None:
@@ -261,7 +252,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     if check_mode:
         result["state"] = "stopped"
         return result
-    _write(os.path.join(path, sup.STOP_REQUEST_FILE), reason + "\n", 0o600)
+    sup.write_atomic(os.path.join(path, sup.STOP_REQUEST_FILE), reason + "\n", 0o600)
     if is_running(current) and sup.supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

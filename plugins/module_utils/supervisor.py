@@ -118,14 +118,20 @@ _PR_SET_PDEATHSIG = 1
 FAREWELL_GAP_S = 0.05
 
 
-def write_json_atomic(path: str, data: dict) -> None:
-    """Write data as JSON so that a reader never sees half a file; owner-only."""
+def write_atomic(path: str, content: str, mode: int = 0o600) -> None:
+    """Write a file so that a reader never sees half of it (a temporary file renamed over it); owner-only unless
+    mode says otherwise. The one atomic write of the job code."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+        handle.write(content)
+    os.chmod(tmp, mode)  # whatever the umask took away
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    """Write data as JSON, atomically, owner-only."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: str) -> dict | None:

@@ -346,7 +346,7 @@ def validate(module: AnsibleModule, params: dict) -> None:
                          % (params["max_restarts"], len(params["restart_ports"])))
     if params["slots"] and len(params["slots"]) != len(nodes):
         module.fail_json(msg="slots: must give the ranks of each of the %d nodes, got %d" % (len(nodes), len(params["slots"])))
-    if params["launcher"] in ("mpirun", "horovodrun") and params["nnodes"] > 1 and not nodes:
+    if params["launcher"] in sup.SINGLE_ENTRY and params["nnodes"] > 1 and not nodes:
         module.fail_json(msg="launcher: %s needs nodes, the job's nodes in rank order" % params["launcher"])
     if params["hang_timeout_s"] < 0:
         module.fail_json(msg="hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % params["hang_timeout_s"])
