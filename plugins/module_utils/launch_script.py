@@ -28,18 +28,14 @@ IFACE_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 def job_environment(spec: JobSpec, job_dir: str = "") -> dict[str, str]:
     """The variables every process of the job sees, besides the ones the launcher sets per rank.
 
-    The launcher contract (launchers.contract_env) first, then the user's own variables, which win.
+    The launcher contract (launchers.contract_env) first; then the user's own variables, which win over it;
+    then what no user variable may change: the job's name, the ranks' layout and this node's place in the job
+    (launchers.node_place: NODE_RANK, NNODES).
     """
     env = launchers.contract_env(spec, job_dir) if job_dir else {}
     env.update(spec.env)
-    env.update(
-        {
-            "GPUFLEET_JOB": spec.job,
-            "GPUFLEET_RANK_STARTS": launchers.rank_starts(spec),
-            "NODE_RANK": str(spec.node_rank),
-            "NNODES": str(spec.nnodes),
-        }
-    )
+    env.update({"GPUFLEET_JOB": spec.job, "GPUFLEET_RANK_STARTS": launchers.rank_starts(spec),
+                **launchers.node_place(spec)})
     return env
 
 

@@ -60,6 +60,11 @@ def manifest_text(spec) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+def node_place(spec) -> dict[str, str]:
+    """This node's place in the job, which no variable of the user's may change: NODE_RANK and NNODES."""
+    return {"NODE_RANK": str(spec.node_rank), "NNODES": str(spec.nnodes)}
+
+
 def contract_env(spec, job_dir: str) -> dict[str, str]:
     """The variables every process of the job sees, whatever the launcher (RANK and LOCAL_RANK come per rank)."""
     nodes = nodes_of(spec)
@@ -68,8 +73,7 @@ def contract_env(spec, job_dir: str) -> dict[str, str]:
         "MASTER_ADDR": spec.master_addr,
         "MASTER_PORT": str(spec.master_port),
         "WORLD_SIZE": str(world),
-        "NODE_RANK": str(spec.node_rank),
-        "NNODES": str(len(nodes)),
+        **node_place(spec),
         "MLP_WORKER_NUM": str(len(nodes)),
         "MLP_WORKER_GPU": str(spec.nproc_per_node),
         "MLP_ROLE_INDEX": str(spec.node_rank),
