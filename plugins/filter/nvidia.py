@@ -28,7 +28,7 @@ description:
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
     C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
     C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch, and
-    C(dpkg_listing | other_branch_packages(branch)) those of the other branches.
+    C(dpkg_listing | other_branch_packages(branch)) those of the other branches installed (Fabric Manager's too).
   - Versions are compared numerically.
 options:
   _input:

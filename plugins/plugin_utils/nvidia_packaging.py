@@ -62,6 +62,10 @@ def branch_packages(listing: str, branch: object) -> list[str]:
     version-locking page asks to lock every package of the branch (kernel module, utilities, compute libraries),
     not only the metapackage. A package belongs to the branch when its name carries -<branch> or its version starts
     with <branch>. and its name is one of NVIDIA's driver packages."""
+    return _branch_members(listing, branch, with_fabricmanager=False)
+
+
+def _branch_members(listing: str, branch: object, with_fabricmanager: bool) -> list[str]:
     number = str(branch)
     found = []
     for line in listing.splitlines():
@@ -71,28 +75,36 @@ def branch_packages(listing: str, branch: object) -> list[str]:
         name, version = parts[0], parts[1]
         nvidia = name.startswith(DRIVER_PACKAGE_PREFIXES)
         in_branch = re.search(r"-%s($|-)" % re.escape(number), name) or version.split(":")[-1].startswith(number + ".")
-        if nvidia and in_branch and not name.startswith("nvidia-fabricmanager"):
+        if nvidia and in_branch and (with_fabricmanager or not name.startswith("nvidia-fabricmanager")):
             found.append(name)
     return sorted(set(found))
+
+
+# The packages that say which branch a node has: the driver metapackages and NVIDIA's pinning packages.
+_BRANCH_MARKERS = ("nvidia-open", "cuda-drivers", "nvidia-driver-pinning-")
+
+
+def installed_branches(listing: str) -> list[str]:
+    """The driver branches installed, by the -<branch> in a metapackage's or pinning package's name, else by the
+    version of an unversioned metapackage (nvidia-open 580.95.05-1 is branch 580)."""
+    found = set()
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or not parts[0].startswith(_BRANCH_MARKERS):
+            continue
+        named = re.search(r"-(\d{3})($|-)", parts[0])
+        versioned = re.match(r"(\d{3})\.", parts[1].split(":")[-1])
+        if named or versioned:
+            found.add((named or versioned).group(1))
+    return sorted(found)
 
 
 def other_branch_packages(listing: str, branch: object) -> list[str]:
-    """The installed NVIDIA driver packages of other branches: by the -<branch> in their names, or, for the
-    unversioned names NVIDIA's pinned packaging uses (nvidia-open, libnvidia-compute), by their version's branch.
-    Their holds are released before another branch is installed, so that apt may replace them (its resolver will
-    not remove a held package)."""
-    number = str(branch)
-    found = []
-    for line in listing.splitlines():
-        fields = line.split()
-        name, version = (fields + ["", ""])[:2]
-        if not name.startswith(DRIVER_PACKAGE_PREFIXES):
-            continue
-        named = re.search(r"-(\d{3})($|-)", name)
-        versioned = re.match(r"(\d+:)?(\d{3})\.", version)
-        if (named and named.group(1) != number) or (not named and versioned and versioned.group(2) != number):
-            found.append(name)
-    return sorted(set(found))
+    """The installed packages of the other driver branches on the node (Fabric Manager's included): their holds
+    are released and they are removed before another branch is installed. Only packages of a branch that is
+    installed are named, so that a distribution's own package with an NVIDIA-like name is left alone."""
+    others = [found for found in installed_branches(listing) if found != str(branch)]
+    return sorted({name for other in others for name in _branch_members(listing, other, with_fabricmanager=True)})
 
 
 def el_openmpi_paths(architecture: str) -> dict[str, str]:

@@ -49,7 +49,8 @@ def test_fabric_manager_and_persistence_run_under_systemd(systemd_node):
     assert "--no-persistence-mode" not in systemctl(host, "show", "-p", "ExecStart", "nvidia-persistenced")
     assert host.file("/run/gpufleet-standin/nv-fabricmanager-args").content_string.strip() == \
         "-c /usr/share/nvidia/nvswitch/fabricmanager.cfg"
-    assert host.run("pgrep -x nv-fabricmanager").rc == 0 and host.run("pgrep -x nvidia-persistenced").rc == 0
+    # The daemons' processes (the kernel keeps 15 characters of a name: matched on the command line).
+    assert host.run("pgrep -f '^nv-fabricmanager '").rc == 0 and host.run("pgrep -f '^nvidia-persistenced '").rc == 0
     # Nothing changes the second time, the services running.
     second = node.playbook("provision.yml", *TAGS)
     assert second.rc == 0 and second.recap()[name]["changed"] == 0, second.out[-4000:]

@@ -68,3 +68,7 @@ def test_the_other_branches_packages_are_found_to_release_their_holds():
     assert pkg.other_branch_packages(pinned, 570) == [
         "libnvidia-compute", "nvidia-driver-pinning-580", "nvidia-open", "nvidia-utils"]
     assert pkg.other_branch_packages(pinned, 580) == []
+    # A distribution's own package with an NVIDIA-like name, of no installed branch, is left alone.
+    assert "libxnvctrl0" not in pkg.other_branch_packages(pinned + "libxnvctrl0 525.85.05-3\n", 570)
+    assert pkg.installed_branches(pinned) == ["580"]
+    assert pkg.installed_branches(listing) == ["570"]
