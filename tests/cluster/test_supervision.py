@@ -11,6 +11,7 @@ never through the job's own tools.
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -47,6 +48,21 @@ def test_a_rank_exiting_1_stops_the_gang_and_keeps_the_checkpoint(cluster):
     checkpoint = cluster.node_exec("node0", "cat", "/root/.gpufleet/jobs/%s/code/checkpoint-rank0.json" % job,
                                    check=True)
     assert json.loads(checkpoint.stdout)["step"] >= 5
+
+
+def test_fewer_forks_than_nodes_launch_every_node_and_name_a_failing_last_node(cluster):
+    """An installed collection runs with Ansible's default of 5 forks, not this checkout's ansible.cfg: with fewer
+    forks than nodes (2 for 3 here) every node still launches, the job succeeds, and a rank that fails on the last
+    node, whose wait runs only after the others', still fails the play naming that node."""
+    ok = train(cluster, "sup-forks", "--forks", "2", script_args="--steps 8").finish()
+    assert ok.rc == 0, ok.out[-3000:]
+    for node in cluster.nodes:
+        assert re.search(r"^%s\s+\d+\s+succeeded" % node, ok.out, re.M), ok.out[-2000:]
+    failing = train(cluster, "sup-forks-fail", "--forks", "2", script_args="--steps 400 --fail-rank 2 --fail-step 10")
+    done = failing.finish()
+    assert done.rc != 0
+    assert "job sup-forks-fail failed on node2 (node_rank 2): global rank 2 (local rank 0) exited with code 1" \
+        in done.out, done.out[-3000:]
 
 
 def test_a_sigkilled_rank_names_its_global_and_local_rank(cluster):
