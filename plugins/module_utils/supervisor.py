@@ -35,358 +35,49 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-import collections
-import ctypes
-import hashlib
-import hmac
-import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-STATE_FILE = "state.json"
-SPEC_FILE = "job.json"
-LAUNCH_FILE = "launch.sh"
-LOG_FILE = "job.log"
-EXIT_CODE_FILE = "exit_code"
-STOP_REQUEST_FILE = "stop_request"
-GANG_KEY_FILE = "gang_key"
-RUN_ID_VAR = "GPUFLEET_RUN_ID"
-TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
+# The job's vocabulary, processes and gang: shipped together with this file (shipped_source), and importable on
+# the controller (JobState, Defaults) from here as from their own modules.
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, describe, gang_failure, sign, verify  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (  # noqa: F401 pylint: disable=unused-import
+    _set_parent_death_signal,
+    end_run,
+    proc_has_token,
+    proc_start_ticks,
+    read_json,
+    run_processes,
+    run_token,
+    signal_name,
+    signal_run,
+    supervisor_alive,
+    terminate,
+    write_atomic,
+    write_json_atomic,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (  # noqa: F401 pylint: disable=unused-import
+    EXIT_CODE_FILE,
+    GANG_KEY_FILE,
+    LAUNCH_FILE,
+    LOG_FILE,
+    RUN_ID_VAR,
+    SINGLE_ENTRY,
+    SPEC_FILE,
+    STATE_FILE,
+    STOP_REQUEST_FILE,
+    TOKEN_VAR,
+    Defaults,
+    JobState,
+    StopReason,
+)
 
-
-class JobState:
-    """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
-    report name them. The controller side imports these; it keeps no copy.
-
-    starting -> running -> succeeded | failed | hung | stopped      the supervisor writes these in state.json
-    running -> stopping -> stopped                                   a stop request, or another node's failure
-    running -> restarting -> running                                 max_restarts: the whole gang starts again
-    lost          state.json says running but its supervisor is gone (job_status decides)
-    absent        there is no such job on the node (job_status)
-    unreachable   the node stopped answering the controller (job_wait decides)
-    """
-
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    RESTARTING = "restarting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    HUNG = "hung"
-    LOST = "lost"
-    ABSENT = "absent"
-    UNREACHABLE = "unreachable"
-    # The key that names the node whose failure stopped this one ("stopped because of another node").
-    STOPPED_FOR = "stopped_for"
-    # Derived sets.
-    ACTIVE = (STARTING, RUNNING, STOPPING, RESTARTING)
-    ENDED = (SUCCEEDED, FAILED, STOPPED, HUNG, LOST)  # on the node
-    WAIT_ENDED = ENDED + (ABSENT, UNREACHABLE)  # where the controller's wait stops
-    # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
-    GANG_FAILURES = (FAILED, STOPPED, HUNG)
-    # States that make the controller's waits stop every other node's part (unless stopped for another node).
-    GANG_STOP_TRIGGERS = (FAILED, LOST, UNREACHABLE, STOPPED, HUNG)
-    # States the report counts as a failure of the node itself.
-    FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
-
-
-# Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and
-# the node whose failure stopped it (None when it is not another node's).
-StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for"))
-
-
-class Defaults:
-    """The one home of each default of a job's supervision; the modules' argument specs and JobSpec read these."""
-
-    JOBS_DIR = "~/.gpufleet/jobs"  # one sub-folder per job on each node
-    GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run is stopped
-    HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
-    HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
-    JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
-
-
-# Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
-SINGLE_ENTRY = ("mpirun", "horovodrun")
-_PR_SET_PDEATHSIG = 1
 # Seconds between the three final heartbeats a supervisor sends before it exits.
 FAREWELL_GAP_S = 0.05
-
-
-def write_atomic(path: str, content: str, mode: int = 0o600) -> None:
-    """Write a file so that a reader never sees half of it (a temporary file renamed over it); owner-only unless
-    mode says otherwise. The one atomic write of the job code."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
-    os.chmod(tmp, mode)  # whatever the umask took away
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: str, data: dict) -> None:
-    """Write data as JSON, atomically, owner-only."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: str) -> dict | None:
-    """The JSON object in path, or None when it is missing or not (yet) complete."""
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def proc_start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = raw[raw.rfind(b")") + 2:].split()
-    if len(fields) < 20 or fields[0] == b"Z":
-        return None  # a zombie has exited already
-    return int(fields[19])
-
-
-def run_token(spec: dict) -> str:
-    """The token of one node's part of one run: run id and node rank."""
-    return "%s.%s" % (spec["run_id"], spec["node_rank"])
-
-
-def proc_has_token(pid: int, token: str) -> bool:
-    """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as handle:
-            entries = handle.read().split(b"\0")
-    except OSError:
-        return False
-    return ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
-
-
-def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
-    """PIDs of the live processes that carry this token."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        if pid in exclude or pid == os.getpid():
-            continue
-        if proc_has_token(pid, token) and proc_start_ticks(pid) is not None:
-            found.append(pid)
-    return sorted(found)
-
-
-def signal_run(token: str, signum: int, exclude: tuple[int, ...] = ()) -> list[int]:
-    """Send signum to every process that carries token; return the PIDs signalled."""
-    sent = []
-    for pid in run_processes(token, exclude):
-        try:
-            os.kill(pid, signum)
-            sent.append(pid)
-        except OSError:
-            pass
-    return sent
-
-
-def terminate(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
-    """SIGTERM to the token's processes, then SIGCONT: a stopped (SIGSTOP, Ctrl-Z) process acts on SIGTERM only
-    once it runs again."""
-    sent = signal_run(token, signal.SIGTERM, exclude)
-    signal_run(token, signal.SIGCONT, exclude)
-    return sent
-
-
-def end_run(token: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: float = 0.1) -> int:
-    """SIGTERM the token's processes, wait up to grace_s, SIGKILL the rest; return how many were signalled."""
-    first = terminate(token, exclude)
-    deadline = time.monotonic() + grace_s
-    while run_processes(token, exclude) and time.monotonic() < deadline:
-        time.sleep(poll_s)
-    signal_run(token, signal.SIGKILL, exclude)
-    deadline = time.monotonic() + 5.0
-    while run_processes(token, exclude) and time.monotonic() < deadline:
-        time.sleep(poll_s)
-    return len(first)
-
-
-def supervisor_alive(state: dict) -> bool:
-    """True when the supervisor recorded in state is still that very process (not a reused PID)."""
-    pid = state.get("supervisor_pid")
-    if not isinstance(pid, int):
-        return False
-    ticks = proc_start_ticks(pid)
-    return ticks is not None and ticks == state.get("supervisor_start_ticks")
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return "SIG%d" % signum
-
-
-def _set_parent_death_signal() -> None:
-    """In the child: get SIGTERM when the supervisor dies, whatever kills it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def sign(key: bytes, message: dict) -> bytes:
-    """The datagram for message: its canonical JSON and an HMAC-SHA256 of it under the run's key."""
-    body = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
-    return body + b"\n" + hmac.new(key, body, hashlib.sha256).hexdigest().encode()
-
-
-def verify(key: bytes, datagram: bytes) -> dict | None:
-    """The message of an authentic datagram, or None (forged, damaged or not ours)."""
-    body, _sep, mac = datagram.rpartition(b"\n")
-    if not body or not hmac.compare_digest(hmac.new(key, body, hashlib.sha256).hexdigest().encode(), mac):
-        return None
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
-
-
-class Gang:
-    """This node's view of the other nodes of the run, kept by heartbeats over UDP.
-
-    ``nodes`` is the job's (host, address) list in rank order; every
-    supervisor listens on ``port`` (UDP) at its own address. Times are this
-    node's monotonic clock: a peer's silence is measured from when its last
-    heartbeat arrived here, and the log silence it reports is a duration, so
-    clocks need not agree.
-    """
-
-    def __init__(self, spec: dict, key: bytes, clock=time.monotonic) -> None:
-        self.rank = int(spec["node_rank"])
-        self.run_id = str(spec["run_id"])
-        self.nodes = [(str(host), str(address)) for host, address in spec["nodes"]]
-        self.port = int(spec["master_port"])  # UDP; the rendezvous uses TCP on the same number
-        self.key = key
-        self.clock = clock
-        self.heartbeat_s = float(spec.get("heartbeat_s", Defaults.HEARTBEAT_S))
-        self.lost_after_s = self.heartbeat_s * int(spec.get("heartbeat_misses", Defaults.HEARTBEAT_MISSES))
-        self.join_timeout_s = float(spec.get("join_timeout_s", Defaults.JOIN_TIMEOUT_S))
-        self.started = clock()
-        self.heard: dict[int, float] = {}
-        self.news: dict[int, dict] = {}
-        self.sock = socket.socket(socket.AF_INET6 if ":" in self.nodes[self.rank][1] else socket.AF_INET,
-                                  socket.SOCK_DGRAM)
-        own = self.nodes[self.rank][1]
-        try:
-            self.sock.bind((own, self.port))
-        except OSError:
-            # The controller's address for this node is not one of its own (NAT, a jump host): listen on all.
-            self.sock.bind(("::" if ":" in own else "0.0.0.0", self.port))
-
-    def peers(self) -> list[int]:
-        return [rank for rank in range(len(self.nodes)) if rank != self.rank]
-
-    def host(self, rank: int) -> str:
-        return self.nodes[rank][0]
-
-    def send(self, message: dict) -> None:
-        message = dict(message, run=self.run_id, rank=self.rank)
-        datagram = sign(self.key, message)
-        for rank in self.peers():
-            try:
-                self.sock.sendto(datagram, (self.nodes[rank][1], self.port))
-            except OSError:
-                pass  # unreachable just now: its silence is what the others will notice
-
-    def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
-        """Take in every heartbeat that arrives within timeout_s; call on_extra(extra[fd]) for ready extra fds."""
-        deadline = self.clock() + timeout_s
-        extra = dict(extra or {})
-        while True:
-            left = deadline - self.clock()
-            ready, _w, _x = select.select([self.sock] + list(extra), [], [], max(0.0, left))
-            if not ready:
-                return
-            for fd in [fd for fd in ready if fd in extra]:
-                on_extra(extra.pop(fd))
-            if self.sock not in ready:
-                continue
-            try:
-                datagram, _addr = self.sock.recvfrom(65536)
-            except OSError:
-                return
-            message = verify(self.key, datagram)
-            rank = message.get("rank") if message else None
-            if message and message.get("run") == self.run_id and isinstance(rank, int) and rank in self.peers():
-                self.heard[rank] = self.clock()
-                self.news[rank] = message
-
-    def lost(self) -> list[int]:
-        """The peers that have stopped answering (or never answered within the join timeout)."""
-        now = self.clock()
-        found = []
-        for rank in self.peers():
-            if self.news.get(rank, {}).get("final"):
-                continue  # it has ended for good and said so
-            heard = self.heard.get(rank)
-            if heard is None:
-                if now - self.started > self.join_timeout_s:
-                    found.append(rank)
-            elif now - heard > self.lost_after_s:
-                found.append(rank)
-        return found
-
-    def last_heard_wall(self, rank: int) -> float:
-        """When peer rank was last heard, as wall-clock time (its join started this node's wait if never)."""
-        heard = self.heard.get(rank, self.started)
-        return time.time() - (self.clock() - heard)
-
-    def silence_s(self, rank: int) -> float | None:
-        """How long peer rank's log has been silent, as of now, from its last heartbeat; None if unknown."""
-        news, heard = self.news.get(rank), self.heard.get(rank)
-        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)):
-            return None
-        return float(news["silent_s"]) + (self.clock() - heard)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
-    """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
-    for rank in gang.peers():
-        news = gang.news.get(rank) or {}
-        if (news.get("attempt") == attempt and news.get("outcome") in JobState.GANG_FAILURES
-                and not news.get(JobState.STOPPED_FOR)):
-            return rank, news
-        if news.get("final") and news.get("attempt", 0) < attempt:
-            return rank, dict(news, outcome="ended", reason="it has ended and will not take part in attempt %d" % attempt)
-    return None
-
-
-def describe(host: str, rank: int, news: dict) -> str:
-    """One clause saying what ended a node's part, for stop reasons and the report."""
-    what = news.get("outcome")
-    if what == "failed":
-        code = news.get("signal") or "exit code %s" % news.get("exit_code")
-        return "%s (node_rank %d) failed with %s" % (host, rank, code)
-    if what == "hung":
-        return "%s (node_rank %d) found the job hung" % (host, rank)
-    if what == "ended":
-        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
-    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")
 
 
 class Supervisor:

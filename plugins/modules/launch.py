@@ -260,13 +260,12 @@ state:
 """
 
 import hashlib
-import inspect
 import os
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
@@ -277,7 +276,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script imp
 
 
 def supervisor_source() -> str:
-    return inspect.getsource(sup)
+    return supervisor_bundle.shipped_source()
 
 
 def build_spec(params: dict) -> JobSpec:

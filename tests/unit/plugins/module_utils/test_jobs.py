@@ -14,10 +14,11 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 
-SOURCE = open(sup.__file__).read()
+SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes
 
 
 @pytest.fixture

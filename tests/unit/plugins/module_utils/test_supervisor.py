@@ -16,10 +16,11 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 
-SOURCE = open(sup.__file__).read()
+SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes
 KEY = "0123456789abcdef0123456789abcdef"
 NODES = (("n0", "127.0.0.1"), ("n1", "127.0.0.2"))
 

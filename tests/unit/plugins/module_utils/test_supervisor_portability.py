@@ -1,15 +1,15 @@
-"""The supervisor is shipped to the nodes as its own source (gpufleet.cluster.launch) and runs there on the node's
-python3: standard library only, Python 3.8 syntax and calls. These tests fail when it stops being so."""
+"""The supervisor is shipped to the nodes as one file (supervisor_bundle.shipped_source: job_states, job_processes,
+gang and supervisor) and runs there on the node's python3: standard library only, Python 3.8 syntax and calls.
+These tests fail when it stops being so."""
 
 import ast
-import inspect
 import os
 import subprocess
 import sys
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor
+from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 
 VERMIN = os.path.join(os.path.dirname(sys.executable), "vermin")
 
@@ -33,21 +33,36 @@ def vermin_violations(path: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
-def test_the_shipped_supervisor_imports_only_the_standard_library():
-    source = inspect.getsource(supervisor)
-    assert outside_stdlib(source) == set()
+@pytest.fixture(name="shipped")
+def fixture_shipped(tmp_path):
+    path = tmp_path / "supervisor.py"
+    path.write_text(supervisor_bundle.shipped_source())
+    return path
+
+
+def test_the_shipped_supervisor_imports_only_the_standard_library(shipped):
+    assert outside_stdlib(shipped.read_text()) == set()
     assert outside_stdlib("import json\nfrom ansible.module_utils.basic import AnsibleModule\n") == {"ansible"}
 
 
-def test_the_shipped_supervisor_is_python_3_8_syntax():
-    ast.parse(inspect.getsource(supervisor), feature_version=(3, 8))
+def test_the_shipped_supervisor_is_python_3_8_syntax(shipped):
+    ast.parse(shipped.read_text(), feature_version=(3, 8))
     with pytest.raises(SyntaxError):  # the check sees newer syntax: a match statement is 3.10
         ast.parse("match x:\n    case 1:\n        pass\n", feature_version=(3, 8))
 
 
-def test_the_shipped_supervisor_calls_nothing_newer_than_python_3_8(tmp_path):
-    done = vermin_violations(supervisor.__file__)
+def test_the_shipped_supervisor_calls_nothing_newer_than_python_3_8(tmp_path, shipped):
+    done = vermin_violations(str(shipped))
     assert done.returncode == 0, done.stdout + done.stderr
     newer = tmp_path / "newer.py"
     newer.write_text("import math\nprint(math.lcm(4, 6))\n")  # math.lcm is 3.9
     assert vermin_violations(str(newer)).returncode != 0
+
+
+def test_the_shipped_file_runs_alone(shipped, tmp_path):
+    """With nothing of the collection importable: its usage line, from a folder of its own."""
+    done = subprocess.run([sys.executable, "-I", str(shipped)], capture_output=True, text=True, cwd=tmp_path,
+                          check=False)
+    assert done.returncode == 2 and done.stderr == "usage: supervisor.py JOB_DIR\n", done.stderr
+    assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
+        "job_states", "job_processes", "gang", "supervisor"]

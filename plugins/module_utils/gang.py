@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gang: the nodes of a job watching each other with signed UDP heartbeats (the message format, who was heard
+when, who is lost), and what a peer's news means for this node. Shipped to the nodes as part of the supervisor;
+standard library only, Python 3.8+."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import select
+import socket
+import time
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults, JobState
+
+
+def sign(key: bytes, message: dict) -> bytes:
+    """The datagram for message: its canonical JSON and an HMAC-SHA256 of it under the run's key."""
+    body = json.dumps(message, sort_keys=True, separators=(",", ":")).encode()
+    return body + b"\n" + hmac.new(key, body, hashlib.sha256).hexdigest().encode()
+
+
+def verify(key: bytes, datagram: bytes) -> dict | None:
+    """The message of an authentic datagram, or None (forged, damaged or not ours)."""
+    body, _sep, mac = datagram.rpartition(b"\n")
+    if not body or not hmac.compare_digest(hmac.new(key, body, hashlib.sha256).hexdigest().encode(), mac):
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+class Gang:
+    """This node's view of the other nodes of the run, kept by heartbeats over UDP.
+
+    ``nodes`` is the job's (host, address) list in rank order; every
+    supervisor listens on ``port`` (UDP) at its own address. Times are this
+    node's monotonic clock: a peer's silence is measured from when its last
+    heartbeat arrived here, and the log silence it reports is a duration, so
+    clocks need not agree.
+    """
+
+    def __init__(self, spec: dict, key: bytes, clock=time.monotonic) -> None:
+        self.rank = int(spec["node_rank"])
+        self.run_id = str(spec["run_id"])
+        self.nodes = [(str(host), str(address)) for host, address in spec["nodes"]]
+        self.port = int(spec["master_port"])  # UDP; the rendezvous uses TCP on the same number
+        self.key = key
+        self.clock = clock
+        self.heartbeat_s = float(spec.get("heartbeat_s", Defaults.HEARTBEAT_S))
+        self.lost_after_s = self.heartbeat_s * int(spec.get("heartbeat_misses", Defaults.HEARTBEAT_MISSES))
+        self.join_timeout_s = float(spec.get("join_timeout_s", Defaults.JOIN_TIMEOUT_S))
+        self.started = clock()
+        self.heard: dict[int, float] = {}
+        self.news: dict[int, dict] = {}
+        self.sock = socket.socket(socket.AF_INET6 if ":" in self.nodes[self.rank][1] else socket.AF_INET,
+                                  socket.SOCK_DGRAM)
+        own = self.nodes[self.rank][1]
+        try:
+            self.sock.bind((own, self.port))
+        except OSError:
+            # The controller's address for this node is not one of its own (NAT, a jump host): listen on all.
+            self.sock.bind(("::" if ":" in own else "0.0.0.0", self.port))
+
+    def peers(self) -> list[int]:
+        return [rank for rank in range(len(self.nodes)) if rank != self.rank]
+
+    def host(self, rank: int) -> str:
+        return self.nodes[rank][0]
+
+    def send(self, message: dict) -> None:
+        message = dict(message, run=self.run_id, rank=self.rank)
+        datagram = sign(self.key, message)
+        for rank in self.peers():
+            try:
+                self.sock.sendto(datagram, (self.nodes[rank][1], self.port))
+            except OSError:
+                pass  # unreachable just now: its silence is what the others will notice
+
+    def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
+        """Take in every heartbeat that arrives within timeout_s; call on_extra(extra[fd]) for ready extra fds."""
+        deadline = self.clock() + timeout_s
+        extra = dict(extra or {})
+        while True:
+            left = deadline - self.clock()
+            ready, _w, _x = select.select([self.sock] + list(extra), [], [], max(0.0, left))
+            if not ready:
+                return
+            for fd in [fd for fd in ready if fd in extra]:
+                on_extra(extra.pop(fd))
+            if self.sock not in ready:
+                continue
+            try:
+                datagram, _addr = self.sock.recvfrom(65536)
+            except OSError:
+                return
+            message = verify(self.key, datagram)
+            rank = message.get("rank") if message else None
+            if message and message.get("run") == self.run_id and isinstance(rank, int) and rank in self.peers():
+                self.heard[rank] = self.clock()
+                self.news[rank] = message
+
+    def lost(self) -> list[int]:
+        """The peers that have stopped answering (or never answered within the join timeout)."""
+        now = self.clock()
+        found = []
+        for rank in self.peers():
+            if self.news.get(rank, {}).get("final"):
+                continue  # it has ended for good and said so
+            heard = self.heard.get(rank)
+            if heard is None:
+                if now - self.started > self.join_timeout_s:
+                    found.append(rank)
+            elif now - heard > self.lost_after_s:
+                found.append(rank)
+        return found
+
+    def last_heard_wall(self, rank: int) -> float:
+        """When peer rank was last heard, as wall-clock time (its join started this node's wait if never)."""
+        heard = self.heard.get(rank, self.started)
+        return time.time() - (self.clock() - heard)
+
+    def silence_s(self, rank: int) -> float | None:
+        """How long peer rank's log has been silent, as of now, from its last heartbeat; None if unknown."""
+        news, heard = self.news.get(rank), self.heard.get(rank)
+        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)):
+            return None
+        return float(news["silent_s"]) + (self.clock() - heard)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
+    """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
+    for rank in gang.peers():
+        news = gang.news.get(rank) or {}
+        if (news.get("attempt") == attempt and news.get("outcome") in JobState.GANG_FAILURES
+                and not news.get(JobState.STOPPED_FOR)):
+            return rank, news
+        if news.get("final") and news.get("attempt", 0) < attempt:
+            return rank, dict(news, outcome="ended", reason="it has ended and will not take part in attempt %d" % attempt)
+    return None
+
+
+def describe(host: str, rank: int, news: dict) -> str:
+    """One clause saying what ended a node's part, for stop reasons and the report."""
+    what = news.get("outcome")
+    if what == "failed":
+        code = news.get("signal") or "exit code %s" % news.get("exit_code")
+        return "%s (node_rank %d) failed with %s" % (host, rank, code)
+    if what == "hung":
+        return "%s (node_rank %d) found the job hung" % (host, rank)
+    if what == "ended":
+        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
+    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")

@@ -1,0 +1,146 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The processes and files of a job's run on a node: atomic writes, the run's token, finding and signalling only
+the run's own processes (by the token in their environment, never by name), and whether a supervisor is still
+that very process. Shipped to the nodes as part of the supervisor; standard library only, Python 3.8+."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import time
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import TOKEN_VAR
+
+_PR_SET_PDEATHSIG = 1
+
+
+def write_atomic(path: str, content: str, mode: int = 0o600) -> None:
+    """Write a file so that a reader never sees half of it (a temporary file renamed over it); owner-only unless
+    mode says otherwise. The one atomic write of the job code."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+    os.chmod(tmp, mode)  # whatever the umask took away
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    """Write data as JSON, atomically, owner-only."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in path, or None when it is missing or not (yet) complete."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rfind(b")") + 2:].split()
+    if len(fields) < 20 or fields[0] == b"Z":
+        return None  # a zombie has exited already
+    return int(fields[19])
+
+
+def run_token(spec: dict) -> str:
+    """The token of one node's part of one run: run id and node rank."""
+    return "%s.%s" % (spec["run_id"], spec["node_rank"])
+
+
+def proc_has_token(pid: int, token: str) -> bool:
+    """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
+
+
+def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """PIDs of the live processes that carry this token."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid in exclude or pid == os.getpid():
+            continue
+        if proc_has_token(pid, token) and proc_start_ticks(pid) is not None:
+            found.append(pid)
+    return sorted(found)
+
+
+def signal_run(token: str, signum: int, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Send signum to every process that carries token; return the PIDs signalled."""
+    sent = []
+    for pid in run_processes(token, exclude):
+        try:
+            os.kill(pid, signum)
+            sent.append(pid)
+        except OSError:
+            pass
+    return sent
+
+
+def terminate(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
+    """SIGTERM to the token's processes, then SIGCONT: a stopped (SIGSTOP, Ctrl-Z) process acts on SIGTERM only
+    once it runs again."""
+    sent = signal_run(token, signal.SIGTERM, exclude)
+    signal_run(token, signal.SIGCONT, exclude)
+    return sent
+
+
+def end_run(token: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: float = 0.1) -> int:
+    """SIGTERM the token's processes, wait up to grace_s, SIGKILL the rest; return how many were signalled."""
+    first = terminate(token, exclude)
+    deadline = time.monotonic() + grace_s
+    while run_processes(token, exclude) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    signal_run(token, signal.SIGKILL, exclude)
+    deadline = time.monotonic() + 5.0
+    while run_processes(token, exclude) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return len(first)
+
+
+def supervisor_alive(state: dict) -> bool:
+    """True when the supervisor recorded in state is still that very process (not a reused PID)."""
+    pid = state.get("supervisor_pid")
+    if not isinstance(pid, int):
+        return False
+    ticks = proc_start_ticks(pid)
+    return ticks is not None and ticks == state.get("supervisor_start_ticks")
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "SIG%d" % signum
+
+
+def _set_parent_death_signal() -> None:
+    """In the child: get SIGTERM when the supervisor dies, whatever kills it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

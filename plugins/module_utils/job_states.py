@@ -1,0 +1,77 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The job's vocabulary, shared by the node and the controller: its states, why a part stops, the supervision
+defaults, and the names of the files in a job folder. Shipped to the nodes as part of the supervisor (see
+supervisor.shipped_source); standard library only, Python 3.8+."""
+
+from __future__ import annotations
+
+import collections
+
+STATE_FILE = "state.json"
+SPEC_FILE = "job.json"
+LAUNCH_FILE = "launch.sh"
+LOG_FILE = "job.log"
+EXIT_CODE_FILE = "exit_code"
+STOP_REQUEST_FILE = "stop_request"
+GANG_KEY_FILE = "gang_key"
+RUN_ID_VAR = "GPUFLEET_RUN_ID"
+TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
+
+
+class JobState:
+    """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
+    report name them. The controller side imports these; it keeps no copy.
+
+    starting -> running -> succeeded | failed | hung | stopped      the supervisor writes these in state.json
+    running -> stopping -> stopped                                   a stop request, or another node's failure
+    running -> restarting -> running                                 max_restarts: the whole gang starts again
+    lost          state.json says running but its supervisor is gone (job_status decides)
+    absent        there is no such job on the node (job_status)
+    unreachable   the node stopped answering the controller (job_wait decides)
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    HUNG = "hung"
+    LOST = "lost"
+    ABSENT = "absent"
+    UNREACHABLE = "unreachable"
+    # The key that names the node whose failure stopped this one ("stopped because of another node").
+    STOPPED_FOR = "stopped_for"
+    # Derived sets.
+    ACTIVE = (STARTING, RUNNING, STOPPING, RESTARTING)
+    ENDED = (SUCCEEDED, FAILED, STOPPED, HUNG, LOST)  # on the node
+    WAIT_ENDED = ENDED + (ABSENT, UNREACHABLE)  # where the controller's wait stops
+    # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
+    GANG_FAILURES = (FAILED, STOPPED, HUNG)
+    # States that make the controller's waits stop every other node's part (unless stopped for another node).
+    GANG_STOP_TRIGGERS = (FAILED, LOST, UNREACHABLE, STOPPED, HUNG)
+    # States the report counts as a failure of the node itself.
+    FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
+
+
+# Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and
+# the node whose failure stopped it (None when it is not another node's).
+StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for"))
+
+
+class Defaults:
+    """The one home of each default of a job's supervision; the modules' argument specs and JobSpec read these."""
+
+    JOBS_DIR = "~/.gpufleet/jobs"  # one sub-folder per job on each node
+    GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run is stopped
+    HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
+    HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
+    JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
+
+
+# Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
+SINGLE_ENTRY = ("mpirun", "horovodrun")
