@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+import uuid
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import TOKEN_VAR
 
@@ -57,6 +58,12 @@ def proc_start_ticks(pid: int) -> int | None:
     if len(fields) < 20 or fields[0] == b"Z":
         return None  # a zombie has exited already
     return int(fields[19])
+
+
+def new_run_id() -> str:
+    """A token unique to one launch; every process of the run carries it as GPUFLEET_RUN_ID (made by job_plan on
+    the controller, or by the launch module when it is used alone)."""
+    return uuid.uuid4().hex
 
 
 def run_token(spec: dict) -> str:

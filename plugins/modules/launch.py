@@ -261,11 +261,10 @@ state:
 
 import hashlib
 import os
-import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers, node, supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes, jobs, launchers, node, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
@@ -338,8 +337,6 @@ def validate(module: AnsibleModule, params: dict) -> None:
     if nodes:
         if len(nodes) != params["nnodes"] or any(len(node) != 2 for node in nodes):
             module.fail_json(msg="nodes: must list all %d nodes as [name, address] pairs" % params["nnodes"])
-        if not params["gang_key"]:
-            module.fail_json(msg="gang_key: is required with nodes (the same key on every node of the job)")
     if params["max_restarts"] < 0 or len(params["restart_ports"]) < params["max_restarts"]:
         module.fail_json(msg="max_restarts: %d needs as many restart_ports, got %d"
                          % (params["max_restarts"], len(params["restart_ports"])))
@@ -396,7 +393,7 @@ def main() -> None:
     params = module.params
     validate(module, params)
     spec = build_spec(params)
-    run_id = params["run_id"] or uuid.uuid4().hex
+    run_id = params["run_id"] or job_processes.new_run_id()
     try:
         result = jobs.launch(
             jobs.job_dir(params["jobs_dir"], params["job"]),

@@ -15,11 +15,11 @@ import ipaddress
 import re
 import shlex
 import socket
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import JOB_NAME_RE
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE
 
 NODE_GROUP = "gpu_nodes"
@@ -167,5 +167,5 @@ def plan_nodes(
 
 
 def new_run_id() -> str:
-    """A token unique to one launch; every process of the run carries it as GPUFLEET_RUN_ID."""
-    return uuid.uuid4().hex
+    """A token unique to one launch (job_processes.new_run_id, the one place it is made)."""
+    return job_processes.new_run_id()

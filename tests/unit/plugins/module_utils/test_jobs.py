@@ -283,3 +283,12 @@ def test_mpirun_root_cause_of_a_rank_killed_by_a_signal():
                           {"host": "node2", "ranks": [4, 5]}]}
     assert job_logs.mpirun_root_cause(lines, manifest) == {"rank": 4, "exit_code": 134, "signal": "SIGABRT",
                                                        "host": "node2", "local_rank": 0}
+
+
+def test_a_gang_without_its_key_is_refused_before_anything_is_written(tmp_path):
+    spec = JobSpec(**dict(make_spec(tmp_path, "exit 0\n").as_dict(), script_args=(), env=(),
+                          nodes=(("node0", "127.0.0.1"), ("node1", "127.0.0.2"))))
+    path = jobs.job_dir(str(tmp_path / "jobs"), spec.job)
+    with pytest.raises(jobs.JobError, match="gang_key: is required when nodes are given"):
+        jobs.launch(path, spec, "r1", SOURCE, check_mode=False)
+    assert not os.path.exists(path)
