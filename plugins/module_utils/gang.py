@@ -137,6 +137,46 @@ class Gang:
         self.sock.close()
 
 
+class LoneNode:
+    """The gang of a job with one node, or whose nodes do not watch each other: no one to tell or to hear, so the
+    supervisor's loop reads the same with one node as with many (its peers are none)."""
+
+    heartbeat_s = Defaults.HEARTBEAT_S
+    lost_after_s = 0.0
+
+    def __init__(self) -> None:
+        self.news: dict[int, dict] = {}
+        self.heard: dict[int, float] = {}
+
+    def peers(self) -> list[int]:
+        return []
+
+    def host(self, rank: int) -> str:
+        raise KeyError("a lone node has no peer %d" % rank)
+
+    def send(self, message: dict) -> None:
+        pass
+
+    def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
+        """Wait timeout_s; call on_extra(extra[fd]) for ready extra fds (a run's processes that ended)."""
+        extra = dict(extra or {})
+        ready, _w, _x = select.select(list(extra), [], [], timeout_s)
+        for fd in ready:
+            on_extra(extra[fd])
+
+    def lost(self) -> list[int]:
+        return []
+
+    def last_heard_wall(self, rank: int) -> float:
+        raise KeyError("a lone node has no peer %d" % rank)
+
+    def silence_s(self, rank: int) -> float | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
     """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
     for rank in gang.peers():

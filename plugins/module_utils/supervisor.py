@@ -36,7 +36,6 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -44,7 +43,7 @@ import time
 
 # The job's vocabulary, processes and gang: shipped together with this file (shipped_source), and importable on
 # the controller (JobState, Defaults) from here as from their own modules.
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, describe, gang_failure, sign, verify  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure, sign, verify  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (  # noqa: F401 pylint: disable=unused-import
     _set_parent_death_signal,
     end_run,
@@ -99,7 +98,7 @@ class Supervisor:
         self.ports = [int(spec["master_port"])] + [int(p) for p in spec.get("restart_ports") or []]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
-        self.gang: Gang | None = None
+        self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
         self.attempt = 1
         self.outcome: dict = {}
         self.last_output = time.monotonic()
@@ -153,7 +152,7 @@ class Supervisor:
 
     def _beat(self, phase: str, final: bool = False, force: bool = False) -> None:
         """Send this node's heartbeat when one is due (or now, with force)."""
-        if self.gang is None or (not force and time.monotonic() < self.next_beat):
+        if not force and time.monotonic() < self.next_beat:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
         outcome = self.outcome if phase == "ended" else {}
@@ -200,12 +199,7 @@ class Supervisor:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
         self._beat(phase)
         fds = {fd: pid for pid, fd in self.watched.items() if fd is not None}
-        if self.gang is not None:
-            self.gang.receive(timeout_s, extra=fds, on_extra=self._exited)
-        else:
-            ready, _w, _x = select.select(list(fds), [], [], timeout_s)
-            for fd in ready:
-                self._exited(fds[fd])
+        self.gang.receive(timeout_s, extra=fds, on_extra=self._exited)
         try:
             size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
         except OSError:
@@ -235,26 +229,21 @@ class Supervisor:
     def _gang_stop_reason(self) -> StopReason | None:
         """Why this node's part must stop because of the gang (another node failed or was lost, or every node's log
         has been silent for hang_timeout_s), else None."""
-        if self.gang is None and not self.hang_timeout_s:
-            return None
-        if self.gang is not None:
-            failure = gang_failure(self.gang, self.attempt)
-            if failure is not None:
-                rank, news = failure
-                host = self.gang.host(rank)
-                if news.get("outcome") == JobState.HUNG:  # a hang is the whole job's, not one node's
-                    return StopReason(JobState.HUNG, str(news.get("reason")), None)
-                return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
-            lost = self.gang.lost()
-            if lost:
-                self._note_lost(lost)
-                host = self.gang.host(lost[0])
-                return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for "
-                                  "%.0f s" % (host, lost[0], self.gang.lost_after_s), host)
+        failure = gang_failure(self.gang, self.attempt)
+        if failure is not None:
+            rank, news = failure
+            host = self.gang.host(rank)
+            if news.get("outcome") == JobState.HUNG:  # a hang is the whole job's, not one node's
+                return StopReason(JobState.HUNG, str(news.get("reason")), None)
+            return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
+        lost = self.gang.lost()
+        if lost:
+            self._note_lost(lost)
+            host = self.gang.host(lost[0])
+            return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for "
+                              "%.0f s" % (host, lost[0], self.gang.lost_after_s), host)
         if self.hang_timeout_s:
-            silences = [self._silence_s()]
-            if self.gang is not None:
-                silences += [self.gang.silence_s(rank) for rank in self.gang.peers()]
+            silences = [self._silence_s()] + [self.gang.silence_s(rank) for rank in self.gang.peers()]
             if all(s is not None and s >= self.hang_timeout_s for s in silences):
                 return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
                                   % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
@@ -262,8 +251,6 @@ class Supervisor:
 
     def _note_lost(self, ranks: list[int]) -> None:
         """Record when each lost peer was last heard (wall clock): the report orders failures by it."""
-        if self.gang is None:
-            return
         lost = dict(self.state.get("peers_lost") or {})
         for rank in ranks:
             lost.setdefault(self.gang.host(rank), round(self.gang.last_heard_wall(rank), 3))
@@ -300,7 +287,7 @@ class Supervisor:
 
     def _follower(self) -> bool:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
-        return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and self.gang is not None
+        return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and bool(self.gang.peers())
 
     def _follow_attempt(self, port: int) -> dict:
         """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
@@ -309,8 +296,6 @@ class Supervisor:
         self._log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
                   % (self.spec["node_rank"], self.spec.get("launcher")))
         gang = self.gang
-        if gang is None:  # _follower() is only true with a gang
-            raise RuntimeError("a follower needs the gang")
         leader: dict = {}
         stopping: StopReason | None = None
         while True:
@@ -382,7 +367,7 @@ class Supervisor:
         by a user, or hung: no restart) or 'lost' (a node stopped answering: no restart either).
         """
         parts = [self.outcome]
-        if self.gang is not None:
+        if self.gang.peers():
             self._beat("ended", force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
             # with no restart left (or was stopped) has told the others, and this node is done.
@@ -415,7 +400,7 @@ class Supervisor:
 
     def _peer_done(self, rank: int) -> bool:
         """Whether peer rank's part of this attempt has ended (or it has moved on, or ended for good)."""
-        news = (self.gang.news.get(rank) if self.gang else None) or {}
+        news = self.gang.news.get(rank) or {}
         if news.get("final") or news.get("attempt", 0) > self.attempt:
             return True
         return news.get("attempt") == self.attempt and news.get("phase") == "ended"
@@ -465,14 +450,14 @@ class Supervisor:
             # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
             # report orders it by this even when this node ended before counting it lost.
             peers_last_heard={self.gang.host(rank): round(self.gang.last_heard_wall(rank), 3)
-                              for rank in self.gang.peers() if rank in self.gang.heard} if self.gang else {},
+                              for rank in self.gang.peers() if rank in self.gang.heard},
         )
-        if self.gang is not None:
+        if self.gang.peers():
             # Say it a few times, a moment apart, so that one lost datagram does not leave a peer waiting.
             for _beat in range(3):
                 self._beat("ended", final=True, force=True)
                 time.sleep(FAREWELL_GAP_S)
-            self.gang.close()
+        self.gang.close()
         return int(self.outcome["exit_code"])
 
     def _write_exit_code(self, exit_code: int) -> None:

@@ -252,3 +252,17 @@ def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):
     with pytest.raises(jobs.JobError, match="gang_key"):
         jobs.launch(path, spec, "run1", SOURCE, check_mode=False)
     assert not os.path.exists(path)
+
+
+def test_a_lone_node_is_a_gang_with_no_peers():
+    """The supervisor's loop is the same with one node: the lone node's gang hears no one and loses no one, and
+    still reports the run's processes that ended (their pidfds ready) within the wait."""
+    lone = sup.LoneNode()
+    read_end, write_end = os.pipe()
+    os.close(write_end)  # readable at once, as a pidfd is when its process ends
+    seen = []
+    started = time.monotonic()
+    lone.receive(5.0, extra={read_end: 4242}, on_extra=seen.append)
+    os.close(read_end)
+    assert seen == [4242] and time.monotonic() - started < 5.0
+    assert lone.peers() == [] and lone.lost() == [] and sup.gang_failure(lone, 1) is None
