@@ -26,6 +26,7 @@ description:
   - C(devices | needs_nvlsm(nvswitch_count)) says whether Fabric Manager there also needs the NVLink subnet manager.
   - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
+    C(repolist | enabled_repo_ids) the repository ids of C(dnf repolist --enabled -q);
     C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
     C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch, and
     C(dpkg_listing | other_branch_packages(branch)) those of the other branches installed (Fabric Manager's too).
@@ -100,6 +101,7 @@ class FilterModule:
                 "versionlock_missing": nvidia_packaging.versionlock_missing,
                 "versionlock_stale": nvidia_packaging.versionlock_stale,
                 "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,
+                "enabled_repo_ids": nvidia_packaging.enabled_repo_ids,
                 "grep_files": nvidia_packaging.grep_files,
                 "branch_packages": nvidia_packaging.branch_packages,
                 "other_branch_packages": nvidia_packaging.other_branch_packages,

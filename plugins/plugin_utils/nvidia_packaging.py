@@ -107,6 +107,13 @@ def other_branch_packages(listing: str, branch: object) -> list[str]:
     return sorted({name for other in others for name in _branch_members(listing, other, with_fabricmanager=True)})
 
 
+def enabled_repo_ids(repolist: str) -> list[str]:
+    """The repository ids in `dnf repolist --enabled -q` (the first column; the header line left out), so that
+    "crb" is not taken for enabled where only "crb-debug" is."""
+    ids = [line.split()[0] for line in repolist.splitlines() if line.strip()]
+    return [repo for repo in ids if repo != "repo"]
+
+
 def el_openmpi_paths(architecture: str) -> dict[str, str]:
     """Where EL's openmpi-devel puts Open MPI: headers under /usr/include/openmpi-<arch>, libraries under
     /usr/lib64/openmpi/lib (Fedora/EL packaging guidelines for MPI). nccl-tests wants both under one MPI_HOME."""

@@ -72,3 +72,11 @@ def test_the_other_branches_packages_are_found_to_release_their_holds():
     assert "libxnvctrl0" not in pkg.other_branch_packages(pinned + "libxnvctrl0 525.85.05-3\n", 570)
     assert pkg.installed_branches(pinned) == ["580"]
     assert pkg.installed_branches(listing) == ["570"]
+
+
+def test_enabled_repository_ids_are_whole_ids():
+    repolist = ("repo id                        repo name\n"
+                "appstream                      Rocky Linux 9 - AppStream\n"
+                "crb-debug                      Rocky Linux 9 - CRB - Debug\n\n")
+    assert pkg.enabled_repo_ids(repolist) == ["appstream", "crb-debug"]
+    assert "crb" not in pkg.enabled_repo_ids(repolist)  # a substring test would have found it
