@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import read_json, signal_name
 
 _ROOT_CAUSE_RE = re.compile(
     r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"
@@ -51,7 +51,7 @@ def torchrun_root_cause(lines: list[str]) -> dict | None:
     code = int(match.group("code"))
     cause: dict = {"rank": int(match.group("rank")), "local_rank": int(match.group("local")), "exit_code": code}
     if code < 0:
-        cause["signal"] = sup.signal_name(-code)
+        cause["signal"] = signal_name(-code)
     rest = "\n".join(lines)[match.end():].split("=" * 20, 1)[0]
     error_file = re.search(r"^\s*error_file\s*:\s*(\S+)", rest, re.M)
     if error_file and error_file.group(1) != "<N/A>":
@@ -85,7 +85,7 @@ def mpirun_root_cause(lines: list[str], manifest: dict | None = None) -> dict | 
         if match is None:
             return None
         rank, signum = int(match.group("rank")), int(match.group("signal"))
-        cause = {"rank": rank, "exit_code": 128 + signum, "signal": sup.signal_name(signum)}
+        cause = {"rank": rank, "exit_code": 128 + signum, "signal": signal_name(signum)}
     for node in (manifest or {}).get("nodes", []):
         first, last = node.get("ranks", [0, -1])
         if first <= rank <= last:
@@ -95,7 +95,7 @@ def mpirun_root_cause(lines: list[str], manifest: dict | None = None) -> dict | 
 
 def error_file_message(path: str) -> str | None:
     """The exception a worker recorded in its TORCHELASTIC_ERROR_FILE (scripts whose entry point uses @record)."""
-    data = sup.read_json(path)
+    data = read_json(path)
     message = data.get("message") if data else None
     if isinstance(message, dict):
         message = message.get("message")

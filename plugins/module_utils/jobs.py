@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A job's folder on a node, and the node-side operations on it: launch, status, stop.
+"""A job's folder on a node, and the node-side operations on it: start, status, stop.
 
 Layout of ``<jobs_dir>/<job>/`` (owner-only):
 
@@ -25,7 +25,26 @@ import sys
 import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+    end_run,
+    read_json,
+    run_processes,
+    run_token,
+    supervisor_alive,
+    write_atomic,
+    write_json_atomic,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    EXIT_CODE_FILE,
+    GANG_KEY_FILE,
+    LAUNCH_FILE,
+    LOG_FILE,
+    SPEC_FILE,
+    STATE_FILE,
+    STOP_REQUEST_FILE,
+    Defaults,
+    JobState,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,
@@ -36,7 +55,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script imp
 
 def jobs_dir_spec() -> dict:
     """The jobs_dir option every job module shares (documented by the gpufleet.cluster.job_folder fragment)."""
-    return {"jobs_dir": {"type": "path", "default": sup.Defaults.JOBS_DIR}}
+    return {"jobs_dir": {"type": "path", "default": Defaults.JOBS_DIR}}
 
 
 JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -57,24 +76,24 @@ def job_dir(jobs_dir: str, job: str) -> str:
 
 
 def read_spec(path: str) -> dict | None:
-    return sup.read_json(os.path.join(path, sup.SPEC_FILE))
+    return read_json(os.path.join(path, SPEC_FILE))
 
 
 def status(path: str, tail: int = 0) -> dict:
     """The job's state on this node, checked against the live processes."""
-    result: dict = {"job_dir": path, "log_path": os.path.join(path, sup.LOG_FILE)}
+    result: dict = {"job_dir": path, "log_path": os.path.join(path, LOG_FILE)}
     spec = read_spec(path)
     if spec is None:
-        result.update(state=sup.JobState.ABSENT, running=False)
+        result.update(state=JobState.ABSENT, running=False)
         return result
-    state = sup.read_json(os.path.join(path, sup.STATE_FILE))
+    state = read_json(os.path.join(path, STATE_FILE))
     if state is None or state.get("run_id") != spec.get("run_id"):
         # Launched, but the supervisor has not written its first state yet.
-        result.update(state=sup.JobState.STARTING, run_id=spec.get("run_id"), running=True)
+        result.update(state=JobState.STARTING, run_id=spec.get("run_id"), running=True)
         return result
     result.update(state)
-    if state.get("state") not in sup.JobState.ENDED and not sup.supervisor_alive(state):
-        result["state"] = sup.JobState.LOST
+    if state.get("state") not in JobState.ENDED and not supervisor_alive(state):
+        result["state"] = JobState.LOST
         result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
     ended = state.get("ended_at") or time.time()
     if isinstance(state.get("started_at"), (int, float)):
@@ -82,8 +101,8 @@ def status(path: str, tail: int = 0) -> dict:
     lines = job_logs.tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
     result["last_line"] = lines[-1] if lines else ""
     cause = None
-    if result["state"] in (sup.JobState.FAILED, sup.JobState.LOST):
-        cause = job_logs.torchrun_root_cause(lines) or job_logs.mpirun_root_cause(lines, sup.read_json(os.path.join(path, launchers.MANIFEST)))
+    if result["state"] in (JobState.FAILED, JobState.LOST):
+        cause = job_logs.torchrun_root_cause(lines) or job_logs.mpirun_root_cause(lines, read_json(os.path.join(path, launchers.MANIFEST)))
     if cause:
         if cause.get("error_file"):
             cause["error"] = job_logs.error_file_message(cause["error_file"]) or cause.get("error")
@@ -97,7 +116,7 @@ def status(path: str, tail: int = 0) -> dict:
 
 
 def is_running(current: dict) -> bool:
-    return current.get("state") in sup.JobState.ACTIVE
+    return current.get("state") in JobState.ACTIVE
 
 
 def _read(path: str) -> str:
@@ -111,14 +130,14 @@ def _read(path: str) -> str:
 def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
     env_path = os.path.join(path, ENV_FILE)
     return {
-        sup.LAUNCH_FILE: render_launch_script(spec, env_path, os.path.join(path, SECRET_ENV_FILE)),
+        LAUNCH_FILE: render_launch_script(spec, env_path, os.path.join(path, SECRET_ENV_FILE)),
         ENV_FILE: render_env_file(job_environment(spec, path)),
         launchers.HOSTFILE: launchers.hostfile_text(spec),
         launchers.MANIFEST: launchers.manifest_text(spec),
     }
 
 
-def launch(
+def start(
     path: str,
     spec: JobSpec,
     run_id: str,
@@ -139,72 +158,87 @@ def launch(
     before = {name: _read(os.path.join(path, name)) for name in files}
     result: dict = {
         "job_dir": path,
-        "script_path": os.path.join(path, sup.LAUNCH_FILE),
-        "log_path": os.path.join(path, sup.LOG_FILE),
+        "script_path": os.path.join(path, LAUNCH_FILE),
+        "log_path": os.path.join(path, LOG_FILE),
         "cmd": launchers.command(spec, path, []) or [],
         "node_rank": spec.node_rank,
         "world_size": spec.world_size,
         "diff": {
-            "before_header": os.path.join(path, sup.LAUNCH_FILE),
-            "after_header": os.path.join(path, sup.LAUNCH_FILE),
-            "before": before[sup.LAUNCH_FILE],
-            "after": files[sup.LAUNCH_FILE],
+            "before_header": os.path.join(path, LAUNCH_FILE),
+            "after_header": os.path.join(path, LAUNCH_FILE),
+            "before": before[LAUNCH_FILE],
+            "after": files[LAUNCH_FILE],
         },
     }
     current = status(path)
-    if is_running(current):
-        running = dict(read_spec(path) or {})
-        running.pop("run_id", None)
-        if running == spec.as_dict():
-            result.update(changed=False, pid=current.get("pid"), run_id=current.get("run_id"), state=current["state"])
-            return result
-        differs = sorted(key for key, value in spec.as_dict().items() if running.get(key) != value)
-        raise JobError(
-            "job %r is already running in %s (pid %s) with other settings (%s differ); stop it first "
-            "with playbooks/stop.yml -e job=%s" % (spec.job, path, current.get("pid"), ", ".join(differs), spec.job)
-        )
+    if _same_job_running(path, spec, current):
+        result.update(changed=False, pid=current.get("pid"), run_id=current.get("run_id"), state=current["state"])
+        return result
     result["changed"] = True
     if check_mode:
-        result.update(pid=None, run_id=run_id, state=sup.JobState.ABSENT)
+        result.update(pid=None, run_id=run_id, state=JobState.ABSENT)
         return result
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
-    _keep_previous_log(path, current)
-    if script_content is not None:
-        _write_script(spec, script_content)
-    for name in (sup.STATE_FILE, sup.EXIT_CODE_FILE, sup.STOP_REQUEST_FILE):
-        if os.path.exists(os.path.join(path, name)):
-            os.remove(os.path.join(path, name))
-    sup.write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
-    for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
-        sup.write_atomic(os.path.join(path, name), files[name], 0o600)
-    secret_path = os.path.join(path, SECRET_ENV_FILE)
-    if secret_env:
-        sup.write_atomic(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
-    elif os.path.exists(secret_path):
-        os.remove(secret_path)
-    key_path = os.path.join(path, sup.GANG_KEY_FILE)
-    if spec.nodes:
-        sup.write_atomic(key_path, gang_key + "\n", 0o600)  # authenticates the heartbeats; owner-only like the secrets
-    elif os.path.exists(key_path):
-        os.remove(key_path)
-    sup.write_atomic(os.path.join(path, sup.LAUNCH_FILE), files[sup.LAUNCH_FILE], 0o700)
-    spec_data = spec.as_dict()
-    spec_data["run_id"] = run_id
-    sup.write_json_atomic(os.path.join(path, sup.SPEC_FILE), spec_data)
+    _write_folder(path, spec, run_id, files, supervisor_source, current, script_content, secret_env, gang_key)
     state = _start_supervisor(path, start_timeout_s)
     result.update(pid=state.get("pid"), supervisor_pid=state.get("supervisor_pid"), run_id=run_id, state=state["state"])
     return result
 
 
+def _same_job_running(path: str, spec: JobSpec, current: dict) -> bool:
+    """True when this very spec is already running here; an error when the job runs with other settings."""
+    if not is_running(current):
+        return False
+    running = dict(read_spec(path) or {})
+    running.pop("run_id", None)
+    if running == spec.as_dict():
+        return True
+    differs = sorted(key for key, value in spec.as_dict().items() if running.get(key) != value)
+    raise JobError(
+        "job %r is already running in %s (pid %s) with other settings (%s differ); stop it first "
+        "with playbooks/stop.yml -e job=%s" % (spec.job, path, current.get("pid"), ", ".join(differs), spec.job)
+    )
+
+
+def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], supervisor_source: str,
+                  previous: dict, script_content: str | None, secret_env: dict[str, str] | None,
+                  gang_key: str | None) -> None:
+    """Write the job folder for a new run: the previous log kept, the last run's records removed, every file
+    written whole (write_atomic), the spec last, since its run_id is what tells a run has been written."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    _keep_previous_log(path, previous)
+    if script_content is not None:
+        _write_script(spec, script_content)
+    for name in (STATE_FILE, EXIT_CODE_FILE, STOP_REQUEST_FILE):
+        if os.path.exists(os.path.join(path, name)):
+            os.remove(os.path.join(path, name))
+    write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
+    for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
+        write_atomic(os.path.join(path, name), files[name], 0o600)
+    secret_path = os.path.join(path, SECRET_ENV_FILE)
+    if secret_env:
+        write_atomic(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
+    elif os.path.exists(secret_path):
+        os.remove(secret_path)
+    key_path = os.path.join(path, GANG_KEY_FILE)
+    if spec.nodes:
+        write_atomic(key_path, gang_key + "\n", 0o600)  # authenticates the heartbeats; owner-only like the secrets
+    elif os.path.exists(key_path):
+        os.remove(key_path)
+    write_atomic(os.path.join(path, LAUNCH_FILE), files[LAUNCH_FILE], 0o700)
+    spec_data = spec.as_dict()
+    spec_data["run_id"] = run_id
+    write_json_atomic(os.path.join(path, SPEC_FILE), spec_data)
+
+
 def _write_script(spec: JobSpec, content: str) -> None:
     target = os.path.join(spec.workdir, spec.script)
     os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-    sup.write_atomic(target, content, 0o600)
+    write_atomic(target, content, 0o600)
 
 
 def _keep_previous_log(path: str, previous: dict) -> None:
-    log = os.path.join(path, sup.LOG_FILE)
+    log = os.path.join(path, LOG_FILE)
     if os.path.exists(log):
         suffix = previous.get("run_id") or str(int(time.time()))
         os.replace(log, os.path.join(path, "job.%s.log" % suffix))
@@ -226,9 +260,9 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         current = status(path)
-        if current["state"] not in (sup.JobState.STARTING, sup.JobState.ABSENT) and current.get("pid"):
+        if current["state"] not in (JobState.STARTING, JobState.ABSENT) and current.get("pid"):
             return current
-        if current["state"] in sup.JobState.ENDED:
+        if current["state"] in JobState.ENDED:
             raise JobError("the supervisor of %s could not start the job: %s"
                            % (path, current.get("error") or current.get("lost_reason") or current["state"]))
         time.sleep(0.05)
@@ -243,8 +277,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     current = status(path)
     result = {"job_dir": path, "changed": False, "state_before": current["state"]}
     spec = read_spec(path) or {}
-    token = sup.run_token(spec) if spec.get("run_id") is not None else None
-    leftovers = sup.run_processes(token) if token else []
+    token = run_token(spec) if spec.get("run_id") is not None else None
+    leftovers = run_processes(token) if token else []
     if not is_running(current) and not leftovers:
         result.update(state=current["state"], remaining=[])
         return result
@@ -252,23 +286,23 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     if check_mode:
         result["state"] = "stopped"
         return result
-    sup.write_atomic(os.path.join(path, sup.STOP_REQUEST_FILE), reason + "\n", 0o600)
-    if is_running(current) and sup.supervisor_alive(current):
+    write_atomic(os.path.join(path, STOP_REQUEST_FILE), reason + "\n", 0o600)
+    if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         # Until the supervisor itself is gone (it says goodbye to the other nodes after recording the end).
-        while time.monotonic() < deadline and sup.supervisor_alive(current):
+        while time.monotonic() < deadline and supervisor_alive(current):
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
-    grace = float(spec.get("grace_s", sup.Defaults.GRACE_S))
-    killed = sup.end_run(token, grace) if token else 0
+    grace = float(spec.get("grace_s", Defaults.GRACE_S))
+    killed = end_run(token, grace) if token else 0
     final = status(path)
-    if is_running(final) or final["state"] == sup.JobState.LOST:
-        state = dict(sup.read_json(os.path.join(path, sup.STATE_FILE)) or {})
+    if is_running(final) or final["state"] == JobState.LOST:
+        state = dict(read_json(os.path.join(path, STATE_FILE)) or {})
         state.update(state="stopped", stop_reason=reason, ended_at=time.time())
-        sup.write_json_atomic(os.path.join(path, sup.STATE_FILE), state)
+        write_json_atomic(os.path.join(path, STATE_FILE), state)
         final = status(path)
-    result.update(state=final["state"], killed_directly=killed, remaining=sup.run_processes(token) if token else [])
+    result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [])
     return result
 
 
@@ -278,4 +312,4 @@ def list_jobs(jobs_dir: str) -> list[str]:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    return [name for name in names if os.path.isfile(os.path.join(root, name, sup.SPEC_FILE))]
+    return [name for name in names if os.path.isfile(os.path.join(root, name, SPEC_FILE))]

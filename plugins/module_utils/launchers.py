@@ -27,11 +27,9 @@ import json
 import os
 import shlex
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
-# Launchers whose one entry command on node 0 starts every rank.
-SINGLE_ENTRY = sup.SINGLE_ENTRY
 HOSTFILE = "hostfile"
 MANIFEST = "ranks.json"
 

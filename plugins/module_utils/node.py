@@ -2,7 +2,9 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Read-only facts about a node that a launch depends on: GPUs, the training Python, free ports."""
+"""Read-only facts about a node that a launch depends on: the training Python, free ports, environment files.
+
+GPUs are counted by nvidia_node.nvidia_smi_gpus, the one reader of nvidia-smi's GPU list."""
 
 from __future__ import annotations
 
@@ -17,20 +19,6 @@ import subprocess
 from collections.abc import Callable, Iterable
 
 PORT_RANGE = (29500, 29999)
-
-
-def gpu_count(nvidia_smi: str | None = None, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
-    """How many GPUs ``nvidia-smi -L`` lists; 0 where there is no nvidia-smi or it fails (no driver)."""
-    binary = nvidia_smi or shutil.which("nvidia-smi")
-    if not binary:
-        return 0
-    try:
-        done = run([binary, "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    if done.returncode != 0:
-        return 0
-    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
 
 
 def port_in_use(port: int, host: str = "") -> bool:
@@ -79,13 +67,25 @@ def pick_free_ports(
     return picked
 
 
-PYTHON_CHECK = (
-    "import importlib.util, json, sys;"
-    "print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.version_info[:3],"
-    " 'torch': importlib.util.find_spec('torch') is not None,"
-    " 'deepspeed': importlib.util.find_spec('deepspeed') is not None,"
-    " 'horovod': importlib.util.find_spec('horovod') is not None}))"
-)
+# Run by the training Python: finds torch, DeepSpeed and Horovod without importing them (seconds, not minutes),
+# and reads torch's version from its installed metadata.
+PYTHON_CHECK = """
+import importlib.util, json, sys
+try:
+    from importlib.metadata import version
+except ImportError:
+    version = None
+def installed(name):
+    return importlib.util.find_spec(name) is not None
+def version_of(name):
+    try:
+        return version(name) if version and installed(name) else None
+    except Exception:
+        return None
+print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.version_info[:3],
+                  'torch': installed('torch'), 'torch_version': version_of('torch'),
+                  'deepspeed': installed('deepspeed'), 'horovod': installed('horovod')}))
+"""
 
 
 def launcher_missing(launcher: str, python: dict, which: Callable[[str], str | None] = shutil.which) -> str:
@@ -103,7 +103,8 @@ def launcher_missing(launcher: str, python: dict, which: Callable[[str], str | N
 
 
 def python_info(python: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
-    """Where the training Python is, its version and whether it can import torch (found, not imported)."""
+    """Where the training Python is, its version, whether it can import torch (found, not imported) and torch's
+    version: the one probe of the training Python, for the launch (node_probe) and for verify (stack_facts)."""
     path = python if os.sep in python else shutil.which(python)
     if not path or not os.access(path, os.X_OK):
         return {"found": False, "python": python}

@@ -125,7 +125,10 @@ def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subproces
 
 
 def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
-    """GPUs as nvidia-smi sees them: count, models and the driver version; empty without a working driver."""
+    """GPUs as nvidia-smi sees them: count, models and the driver version; empty without a working driver.
+
+    The one count of a node's GPUs: the launch's default nproc_per_node (launch, node_probe) and verify.yml's
+    stack table (stack_facts) both read it."""
     try:
         done = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
                    text=True, check=False, timeout=60)
@@ -134,7 +137,8 @@ def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess
     if done.returncode != 0:
         return {"count": 0, "models": [], "driver": None}
     rows = [[part.strip() for part in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
-    return {"count": len(rows), "models": sorted({row[0] for row in rows}), "driver": rows[0][1] if rows else None}
+    driver = rows[0][1] if rows and len(rows[0]) > 1 else None
+    return {"count": len(rows), "models": sorted({row[0] for row in rows}), "driver": driver}
 
 
 def cuda_version(cuda_home: str = "/usr/local/cuda",
@@ -163,17 +167,6 @@ def package_version(names: tuple[str, ...], run: Callable[..., subprocess.Comple
             if done.returncode == 0 and done.stdout.strip():
                 return done.stdout.strip()
     return None
-
-
-def torch_version(python: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
-    code = "import importlib.metadata as m; print(m.version('torch'))"
-    try:
-        done = run([python, "-c", code], capture_output=True, text=True, check=False, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
 
 
 def persistence_mode(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The per-node job supervisor, and the process helpers the job modules share with it.
+"""The per-node job supervisor: the loop that runs, watches, restarts and stops one node's part of a job.
 
 gpufleet.cluster.launch copies this file into the job folder and starts it
 detached (its own session), as ``python3 supervisor.py JOB_DIR``. It then:
@@ -41,25 +41,21 @@ import subprocess
 import sys
 import time
 
-# The job's vocabulary, processes and gang: shipped together with this file (shipped_source), and importable on
-# the controller (JobState, Defaults) from here as from their own modules.
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure, sign, verify  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (  # noqa: F401 pylint: disable=unused-import
+# The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     _set_parent_death_signal,
     end_run,
-    proc_has_token,
     proc_start_ticks,
     read_json,
     run_processes,
     run_token,
     signal_name,
     signal_run,
-    supervisor_alive,
     terminate,
-    write_atomic,
     write_json_atomic,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
     LAUNCH_FILE,

@@ -52,7 +52,7 @@ options:
     type: int
     required: true
   nproc_per_node:
-    description: Processes (ranks) on this node. Defaults to the number of GPUs C(nvidia-smi -L) lists, or 1 without GPUs.
+    description: Processes (ranks) on this node. Defaults to the number of GPUs C(nvidia-smi) lists, or 1 without GPUs.
     type: int
   world_size:
     description: Total number of ranks of the job; defaults to O(nnodes) times O(nproc_per_node).
@@ -264,8 +264,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes, jobs, launchers, node, supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes, jobs, launchers, nvidia_node, supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, Defaults
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     ENV_NAME_RE,
@@ -281,7 +281,7 @@ def supervisor_source() -> str:
 def build_spec(params: dict) -> JobSpec:
     nproc = params["nproc_per_node"]
     if nproc is None:
-        nproc = node.gpu_count() or 1
+        nproc = nvidia_node.nvidia_smi_gpus()["count"] or 1
     script = params["script"]
     workdir = params["workdir"] or (os.path.dirname(script) if os.path.isabs(script) else None)
     path = jobs.job_dir(params["jobs_dir"], params["job"])
@@ -342,7 +342,7 @@ def validate(module: AnsibleModule, params: dict) -> None:
                          % (params["max_restarts"], len(params["restart_ports"])))
     if params["slots"] and len(params["slots"]) != len(nodes):
         module.fail_json(msg="slots: must give the ranks of each of the %d nodes, got %d" % (len(nodes), len(params["slots"])))
-    if params["launcher"] in sup.SINGLE_ENTRY and params["nnodes"] > 1 and not nodes:
+    if params["launcher"] in SINGLE_ENTRY and params["nnodes"] > 1 and not nodes:
         module.fail_json(msg="launcher: %s needs nodes, the job's nodes in rank order" % params["launcher"])
     if params["hang_timeout_s"] < 0:
         module.fail_json(msg="hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % params["hang_timeout_s"])
@@ -372,12 +372,12 @@ def main() -> None:
             "env_files": {"type": "list", "elements": "path", "default": []},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "run_id": {"type": "str"},
-            "grace_s": {"type": "float", "default": sup.Defaults.GRACE_S},
+            "grace_s": {"type": "float", "default": Defaults.GRACE_S},
             "nodes": {"type": "list", "elements": "list"},
             "gang_key": {"type": "str", "no_log": True},
-            "heartbeat_s": {"type": "float", "default": sup.Defaults.HEARTBEAT_S},
-            "heartbeat_misses": {"type": "int", "default": sup.Defaults.HEARTBEAT_MISSES},
-            "join_timeout_s": {"type": "float", "default": sup.Defaults.JOIN_TIMEOUT_S},
+            "heartbeat_s": {"type": "float", "default": Defaults.HEARTBEAT_S},
+            "heartbeat_misses": {"type": "int", "default": Defaults.HEARTBEAT_MISSES},
+            "join_timeout_s": {"type": "float", "default": Defaults.JOIN_TIMEOUT_S},
             "hang_timeout_s": {"type": "int", "default": 0},
             "hang_startup_s": {"type": "float", "default": 0},
             "iface": {"type": "str", "default": ""},
@@ -395,7 +395,7 @@ def main() -> None:
     spec = build_spec(params)
     run_id = params["run_id"] or job_processes.new_run_id()
     try:
-        result = jobs.launch(
+        result = jobs.start(
             jobs.job_dir(params["jobs_dir"], params["job"]),
             spec,
             run_id,

@@ -12,7 +12,7 @@ module: node_probe
 short_description: Read what a launch on this node depends on, changing nothing
 version_added: 0.1.0
 description:
-  - Counts the node's GPUs (C(nvidia-smi -L); 0 without a driver), checks that the training Python exists and
+  - Counts the node's GPUs (C(nvidia-smi --query-gpu); 0 without a driver), checks that the training Python exists and
     whether it can import torch, reports whether a job of the given name is running, and on request picks a
     free rendezvous port or checks that a given one is free.
   - Run by C(train.yml) on every node before anything is changed, so that a bad input fails first.
@@ -70,7 +70,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gpu_count:
-  description: GPUs listed by C(nvidia-smi -L); 0 when there is no driver.
+  description: GPUs listed by C(nvidia-smi --query-gpu); 0 when there is no driver.
   returned: always
   type: int
   sample: 8
@@ -129,7 +129,7 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node, nvidia_node
 
 
 def main() -> None:
@@ -150,7 +150,7 @@ def main() -> None:
     params = module.params
     result = {
         "changed": False,
-        "gpu_count": node.gpu_count(),
+        "gpu_count": nvidia_node.nvidia_smi_gpus()["count"],
         "python": node.python_info(params["python"]),
         # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
         "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),

@@ -106,7 +106,7 @@ peermem:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import node, nvidia_node
 
 
 def main() -> None:
@@ -127,7 +127,7 @@ def main() -> None:
         driver=gpus["driver"],
         cuda=nvidia_node.cuda_version(module.params["cuda_home"]),
         nccl=nvidia_node.package_version(("libnccl2", "libnccl")),
-        torch=nvidia_node.torch_version(module.params["python"]),
+        torch=node.python_info(module.params["python"]).get("torch_version"),
         driver_package=nvidia_node.package_version(tuple(module.params["driver_packages"]))
         if module.params["driver_packages"] else None,
         fabricmanager=nvidia_node.package_version(tuple(module.params["fabricmanager_packages"])),

@@ -13,7 +13,13 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+    proc_start_ticks,
+    read_json,
+    run_processes,
+    run_token,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
@@ -44,17 +50,17 @@ def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0):
 def launch(tmp_path, body, run_id="r1", **kwargs):
     spec = make_spec(tmp_path, body, **kwargs)
     path = jobs.job_dir(str(tmp_path / "jobs"), spec.job + ("" if spec.node_rank == 0 else "-n1"))
-    return path, spec, jobs.launch(path, spec, run_id, SOURCE, check_mode=False)
+    return path, spec, jobs.start(path, spec, run_id, SOURCE, check_mode=False)
 
 
 def ended(path):
     current = jobs.status(path)
-    return current if current["state"] in sup.JobState.ENDED else None
+    return current if current["state"] in JobState.ENDED else None
 
 
 def token_processes(path):
     spec = jobs.read_spec(path)
-    return sup.run_processes(sup.run_token(spec))
+    return run_processes(run_token(spec))
 
 
 def test_success_records_state_exit_code_and_log(env):
@@ -136,28 +142,28 @@ def test_two_nodes_of_one_run_on_one_machine_do_not_end_each_other(env):
 
 def test_killed_supervisor_is_reported_lost_and_its_launcher_dies(env):
     path, _spec, result = launch(env, "sleep 300\n")
-    state = wait_for(lambda: sup.read_json(os.path.join(path, "state.json")))
+    state = wait_for(lambda: read_json(os.path.join(path, "state.json")))
     os.kill(state["supervisor_pid"], signal.SIGKILL)
     assert wait_for(lambda: jobs.status(path)["state"] == "lost")
     # The launcher had the supervisor's death as its parent-death signal.
-    wait_for(lambda: not os.path.exists("/proc/%d" % result["pid"]) or sup.proc_start_ticks(result["pid"]) is None)
+    wait_for(lambda: not os.path.exists("/proc/%d" % result["pid"]) or proc_start_ticks(result["pid"]) is None)
     assert jobs.stop(path, "cleanup", check_mode=False)["remaining"] == []
 
 
 def test_same_spec_running_is_unchanged_and_other_spec_is_refused(env):
     path, spec, first = launch(env, "sleep 300\n")
-    again = jobs.launch(path, spec, "r2", SOURCE, check_mode=False)
+    again = jobs.start(path, spec, "r2", SOURCE, check_mode=False)
     assert again["changed"] is False and again["pid"] == first["pid"] and again["run_id"] == "r1"
     other = JobSpec(**dict(spec.as_dict(), script_args=("--more",), env=()))
     with pytest.raises(jobs.JobError, match=r"already running .*\(script_args differ\)"):
-        jobs.launch(path, other, "r3", SOURCE, check_mode=False)
+        jobs.start(path, other, "r3", SOURCE, check_mode=False)
     jobs.stop(path, "cleanup", check_mode=False)
 
 
 def test_check_mode_writes_nothing_and_shows_the_script(env):
     spec = make_spec(env, "exit 0\n")
     path = jobs.job_dir(str(env / "jobs"), "j")
-    result = jobs.launch(path, spec, "r1", SOURCE, check_mode=True)
+    result = jobs.start(path, spec, "r1", SOURCE, check_mode=True)
     assert result["changed"] and result["pid"] is None
     assert not os.path.exists(path)
     assert result["diff"]["before"] == "" and "--node-rank=0" in result["diff"]["after"]
@@ -166,7 +172,7 @@ def test_check_mode_writes_nothing_and_shows_the_script(env):
 def test_relaunch_after_the_end_keeps_the_earlier_log(env):
     path, spec, _launched = launch(env, "echo first run\n")
     wait_for(lambda: ended(path))
-    jobs.launch(path, spec, "r2", SOURCE, check_mode=False)
+    jobs.start(path, spec, "r2", SOURCE, check_mode=False)
     wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == "r2")
     assert "first run" in open(os.path.join(path, "job.r1.log")).read()
 
@@ -226,12 +232,12 @@ def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(
                    master_port=29500, python=str(env / "fake-python"), script="sub/run.sh", workdir=str(code),
                    script_sha256="a")
     path = jobs.job_dir(str(env / "jobs"), "inline")
-    jobs.launch(path, spec, "r1", SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
+    jobs.start(path, spec, "r1", SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
     wait_for(lambda: "inline ran" in open(os.path.join(path, "job.log")).read())
     assert (code / "sub" / "run.sh").stat().st_mode & 0o077 == 0
     changed = JobSpec(**dict(spec.as_dict(), script_sha256="b", script_args=(), env=()))
     with pytest.raises(jobs.JobError, match=r"script_sha256 differ"):
-        jobs.launch(path, changed, "r2", SOURCE, check_mode=False, script_content="echo other\n")
+        jobs.start(path, changed, "r2", SOURCE, check_mode=False, script_content="echo other\n")
     assert "sleep 300" in (code / "sub" / "run.sh").read_text()  # the running job's code was not touched
 
 
@@ -290,5 +296,5 @@ def test_a_gang_without_its_key_is_refused_before_anything_is_written(tmp_path):
                           nodes=(("node0", "127.0.0.1"), ("node1", "127.0.0.2"))))
     path = jobs.job_dir(str(tmp_path / "jobs"), spec.job)
     with pytest.raises(jobs.JobError, match="gang_key: is required when nodes are given"):
-        jobs.launch(path, spec, "r1", SOURCE, check_mode=False)
+        jobs.start(path, spec, "r1", SOURCE, check_mode=False)
     assert not os.path.exists(path)

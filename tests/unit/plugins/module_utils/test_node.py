@@ -1,4 +1,4 @@
-"""Node facts: GPU count from nvidia-smi, the training Python, and the choice of a free rendezvous port."""
+"""Node facts: the training Python (and its torch), and the choice of a free rendezvous port."""
 
 import random
 import socket
@@ -9,24 +9,10 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import node
 
-NVIDIA_SMI_L = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1b2c)
-GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3d4e)
-"""
-
-
 def fake_run(stdout, returncode=0):
     def run(cmd, **_kwargs):
         return subprocess.CompletedProcess(cmd, returncode, stdout=stdout, stderr="")
     return run
-
-
-def test_gpu_count_from_nvidia_smi():
-    assert node.gpu_count("/usr/bin/nvidia-smi", run=fake_run(NVIDIA_SMI_L)) == 2
-
-
-def test_no_driver_means_no_gpu():
-    assert node.gpu_count("/usr/bin/nvidia-smi", run=fake_run("NVIDIA-SMI has failed", returncode=9)) == 0
-    assert node.gpu_count("/nonexistent/nvidia-smi") == 0
 
 
 def test_free_port_skips_ports_in_use_and_stays_in_range():
@@ -59,6 +45,28 @@ def test_python_info_of_this_interpreter():
     info = node.python_info(sys.executable)
     assert info["found"] is True and info["version"].startswith("%d.%d" % sys.version_info[:2])
     assert isinstance(info["torch"], bool)
+
+
+def test_python_info_reads_torchs_version_without_importing_it(tmp_path):
+    """The one torch probe: found by find_spec, its version from the installed metadata (as stack_facts reports it)."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise SystemExit('torch was imported')\n")
+    (site / "torch-2.13.0+cpu.dist-info").mkdir()
+    (site / "torch-2.13.0+cpu.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s -S \"$@\"\n" % (site, sys.executable))
+    python.chmod(0o755)
+    info = node.python_info(str(python))
+    assert info["found"] is True and info["torch"] is True and info["torch_version"] == "2.13.0+cpu"
+
+
+def test_python_info_without_torch(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % sys.executable)
+    python.chmod(0o755)
+    info = node.python_info(str(python))
+    assert info["found"] is True and info["torch"] is False and info["torch_version"] is None
 
 
 def test_python_info_of_a_missing_interpreter():

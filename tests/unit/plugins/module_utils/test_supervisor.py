@@ -15,7 +15,13 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor as sup
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import gang_failure, LoneNode, sign, verify
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+    run_processes,
+    run_token,
+    supervisor_alive,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
@@ -53,7 +59,7 @@ class Gang2:
             args.update(spec_args)
             spec = JobSpec(**args)
             path = jobs.job_dir(str(tmp_path / ("node%d" % rank)), "g")
-            jobs.launch(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+            jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
             self.paths.append(path)
 
     def status(self, rank):
@@ -61,10 +67,10 @@ class Gang2:
 
     def ended(self):
         found = [self.status(rank) for rank in (0, 1)]
-        return found if all(s["state"] in sup.JobState.ENDED for s in found) else None
+        return found if all(s["state"] in JobState.ENDED for s in found) else None
 
     def processes(self):
-        return [pid for path in self.paths for pid in sup.run_processes(sup.run_token(jobs.read_spec(path)))]
+        return [pid for path in self.paths for pid in run_processes(run_token(jobs.read_spec(path)))]
 
     def stop_all(self):
         for path in self.paths:
@@ -90,11 +96,11 @@ QUIET_FOREVER = "echo started; exec sleep 1000\n"
 
 def test_a_datagram_is_accepted_only_with_the_runs_key():
     message = {"run": "r", "rank": 1, "outcome": "failed"}
-    datagram = sup.sign(b"k1", message)
-    assert sup.verify(b"k1", datagram) == message
-    assert sup.verify(b"k2", datagram) is None
-    assert sup.verify(b"k1", datagram.replace(b"failed", b"passed")) is None
-    assert sup.verify(b"k1", b"garbage") is None
+    datagram = sign(b"k1", message)
+    assert verify(b"k1", datagram) == message
+    assert verify(b"k2", datagram) is None
+    assert verify(b"k1", datagram.replace(b"failed", b"passed")) is None
+    assert verify(b"k1", b"garbage") is None
 
 
 def test_a_failing_node_stops_the_other_without_any_controller(gang):
@@ -139,8 +145,8 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
                    master_port=free_udp_port(), python=str(fake), script=str(script), workdir=str(tmp_path),
                    grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
-    jobs.launch(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
-    final = wait_for(lambda: jobs.status(path)["state"] in sup.JobState.ENDED and jobs.status(path), timeout=15)
+    jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+    final = wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED and jobs.status(path), timeout=15)
     assert final["state"] == "stopped"
     assert "n1 (node_rank 1) lost" in final["stop_reason"]
 
@@ -149,7 +155,7 @@ def test_forged_heartbeats_are_ignored(gang):
     g = gang([FOREVER, FOREVER])
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
     spec = jobs.read_spec(g.paths[0])
-    forged = sup.sign(b"not-the-key", {"run": "run1", "rank": 1, "attempt": 1, "phase": "ended",
+    forged = sign(b"not-the-key", {"run": "run1", "rank": 1, "attempt": 1, "phase": "ended",
                                        "outcome": "failed", "exit_code": 1})
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _ in range(5):
@@ -201,9 +207,9 @@ def test_a_failed_part_with_no_restart_left_does_not_wait_for_a_silent_peer(gang
     g = gang([FOREVER, "echo started; sleep 2; exit 3\n"], heartbeat_s=1.0, heartbeat_misses=30)
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
     os.kill(g.status(0)["supervisor_pid"], signal.SIGKILL)
-    final = wait_for(lambda: g.status(1)["state"] in sup.JobState.ENDED and g.status(1), timeout=10)
+    final = wait_for(lambda: g.status(1)["state"] in JobState.ENDED and g.status(1), timeout=10)
     assert final["state"] == "failed" and final["exit_code"] == 3
-    wait_for(lambda: not sup.supervisor_alive(g.status(1)), timeout=5)  # and its supervisor has exited
+    wait_for(lambda: not supervisor_alive(g.status(1)), timeout=5)  # and its supervisor has exited
 
 
 RESTARTABLE = (
@@ -250,14 +256,14 @@ def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):
                    master_port=29500, python="python3", script="x.py", workdir=str(tmp_path), nodes=NODES)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
     with pytest.raises(jobs.JobError, match="gang_key"):
-        jobs.launch(path, spec, "run1", SOURCE, check_mode=False)
+        jobs.start(path, spec, "run1", SOURCE, check_mode=False)
     assert not os.path.exists(path)
 
 
 def test_a_lone_node_is_a_gang_with_no_peers():
     """The supervisor's loop is the same with one node: the lone node's gang hears no one and loses no one, and
     still reports the run's processes that ended (their pidfds ready) within the wait."""
-    lone = sup.LoneNode()
+    lone = LoneNode()
     read_end, write_end = os.pipe()
     os.close(write_end)  # readable at once, as a pidfd is when its process ends
     seen = []
@@ -265,4 +271,4 @@ def test_a_lone_node_is_a_gang_with_no_peers():
     lone.receive(5.0, extra={read_end: 4242}, on_extra=seen.append)
     os.close(read_end)
     assert seen == [4242] and time.monotonic() - started < 5.0
-    assert lone.peers() == [] and lone.lost() == [] and sup.gang_failure(lone, 1) is None
+    assert lone.peers() == [] and lone.lost() == [] and gang_failure(lone, 1) is None
