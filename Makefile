@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg
 
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
-	bench-gang-stop collection clean
+	bench-gang-stop bench-scale collection clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
@@ -84,3 +84,9 @@ collection: venv
 
 clean:
 	rm -rf build logs tests/output .pytest_cache
+
+# Launch (train.yml against one ssh per node), gang stop and re-provision at 2, 4, 8 and 16 container nodes, and
+# the control path at 64 (bench/scale.py); writes logs/bench/scale.json and scale.png. About an hour.
+bench-scale: venv system-packages
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/scale.py $(BENCH_ARGS)
+

@@ -30,7 +30,8 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState, write_json_atomic
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_json_atomic
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults
 
 
 @dataclass(frozen=True)

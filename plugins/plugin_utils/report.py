@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 
 TERMINAL = JobState.ENDED
 from hostview import wait_until

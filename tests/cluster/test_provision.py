@@ -32,6 +32,56 @@ def test_every_node_reaches_every_node_by_name_and_address(cluster, provisioned)
         assert OWN_KEY in host.file("/root/.ssh/authorized_keys").content_string
 
 
+def _task_status(out: str, task: str, host: str) -> str:
+    """How a task ended on a host in a playbook's output: ok, changed, skipping, failed or '' (not run)."""
+    section = out.split(task, 1)[1].split("\nTASK [", 1)[0] if task in out else ""
+    found = re.search(r"^(ok|changed|skipping|failed|fatal): \[%s\]" % re.escape(host), section, re.M)
+    return found.group(1) if found else ""
+
+
+MESH_CHECK = "ssh to every node by every name and address"
+
+
+def test_the_mesh_check_runs_when_the_mesh_changed_and_learns_nothing(cluster, provisioned):
+    """The N x N check runs on a node whose remembered mesh differs (here: forgotten), and only there; it only
+    checks: known_hosts is left as it was. OpenSSH itself rewrites known_hosts (mode 0600) when it learns a node's
+    other host keys (UpdateHostKeys, on by default: mpirun's first ssh does it); the next provision.yml changes
+    nothing, and skips the check, since the mesh is the one checked."""
+    assert provisioned["converge"].rc == 0
+    node0 = cluster.host("node0")
+    known_hosts = "/root/.ssh/known_hosts"
+    node0.check_output("sed -i '/^|1|/d' %s && rm -f /root/.ssh/gpufleet-mesh-checked" % known_hosts)
+    before = node0.file(known_hosts).content_string
+    run = cluster.playbook("provision.yml", "--tags", "ssh_mesh")
+    recap = run.recap()
+    assert run.rc == 0 and recap["node0"]["changed"] == 1, recap  # the remembered fingerprint, written again
+    assert all(recap[node]["changed"] == 0 for node in cluster.nodes if node != "node0"), recap
+    assert _task_status(run.out, MESH_CHECK, "node0") == "ok"
+    assert _task_status(run.out, MESH_CHECK, "node1") == "skipping"
+    assert node0.file(known_hosts).content_string == before, "the mesh check changed known_hosts"
+    targets = " ".join(name for node in cluster.nodes for name in (node, cluster.addresses[node]))
+    node0.check_output("for t in %s; do ssh -o BatchMode=yes -o UpdateHostKeys=yes $t true; done" % targets)
+    assert "|1|" in node0.file(known_hosts).content_string, "ssh learned no other host key: nothing was shown"
+    run = cluster.playbook("provision.yml", "--tags", "ssh_mesh")
+    assert run.rc == 0 and all(count["changed"] == 0 for count in run.recap().values()), run.recap()
+    assert _task_status(run.out, MESH_CHECK, "node0") == "skipping"
+
+
+def test_a_name_resolving_elsewhere_fails_the_check_naming_the_node_the_name_and_both_addresses(cluster, provisioned):
+    """The resolution check (one getent per name, in one command per node) names what it found and what it wanted."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node0", "sh", "-c", "cp /etc/hosts /root/hosts.saved && sed -i '1i 127.0.0.5 node2' /etc/hosts",
+                      check=True)
+    try:
+        run = cluster.playbook("provision.yml", "--tags", "etc_hosts_verify")
+    finally:
+        cluster.node_exec("node0", "sh", "-c", "cat /root/hosts.saved > /etc/hosts && rm /root/hosts.saved", check=True)
+    assert run.rc != 0
+    assert "node0: node2 resolves to 127.0.0.5, not to its cluster address %s" % cluster.addresses["node2"] in " ".join(
+        run.out.split())
+    assert run.recap()["node1"]["failed"] == 0
+
+
 def test_names_resolve_to_cluster_addresses_never_loopback(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     for node in cluster.nodes:

@@ -197,11 +197,15 @@ def ssh_port(index: int) -> int:
     return SSH_PORTS.get(index, 22)
 
 
-def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: str) -> None:
+def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: str, plain: bool = False,
+               volumes: tuple[str, ...] = ()) -> None:
+    """Start one node. plain: no systemd init and no fake hardware (the benchmark's uniform nodes; the quirks of
+    nodes as users have them, a runtime-managed /etc/hosts and sshd on 2222, stay)."""
     name = container_name(index)
     podman("rm", "--force", "--time", "0", name, check=False)
     hosts = [] if index in RUNTIME_HOSTS_NODES else ["--no-hosts"]
-    if index in SYSTEMD_NODES:
+    systemd = index in SYSTEMD_NODES and not plain
+    if systemd:
         init = ["--systemd=always", ensure_image(systemd=True), "/sbin/init"]
     else:
         init = ["--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
@@ -210,11 +214,12 @@ def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: 
            "--ip", ADDRESS % (FIRST_HOST + index), *hosts, "--env", "GPUFLEET_TEST_SSH_PORT=%d" % ssh_port(index),
            "--volume", "%s:/seed:ro" % seed,
            "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--volume", "%s:/nvidia-repo:ro" % nvidia_repo,
+           *[arg for volume in volumes for arg in ("--volume", volume)],
            "--label", "gpufleet-test=1", *init)
-    if index in SYSTEMD_NODES:
+    if systemd:
         wait_for_systemd(name)
         podman("exec", name, "/bin/sh", "-c", NODE_SEED)
-    if index in FAKE_SYS:
+    if index in FAKE_SYS and not plain:
         podman("exec", name, "/bin/sh", "-c", "set -e\n" + FAKE_SYS[index])
 
 
@@ -245,14 +250,14 @@ def scan_host_key(address: str, port: int = 22, timeout: float = 60.0) -> str:
 
 
 def write_inventory(state: str, indices: list[int], key: str, known_hosts: str, nccl_tests_archive: str,
-                    name: str = "hosts.yml") -> str:
+                    name: str = "hosts.yml", plain: bool = False) -> str:
     lines = ["---", "# Written by tests/cluster/testbed.py: the test cluster's nodes, in rank order.", "gpu_nodes:",
              "  hosts:"]
     for index in indices:
         lines += ["    %s:" % node_name(index), "      ansible_host: %s" % (ADDRESS % (FIRST_HOST + index))]
         if ssh_port(index) != 22:
             lines += ["      ansible_port: %d" % ssh_port(index)]
-        if index in FAKE_SYS:
+        if index in FAKE_SYS and not plain:
             lines += ["      gpufleet_sys_root: %s" % FAKE_SYS_ROOT]
     lines += [
         "  vars:",
@@ -298,17 +303,18 @@ def prepare() -> None:
         standin_repo.build_nccl_tests_archive(CACHE)
 
 
-def up(state: str, count: int) -> dict:
+def up(state: str, count: int, image: str | None = None, plain: bool = False, volumes: tuple[str, ...] = ()) -> dict:
     """A fresh cluster of nodes 0..count-1 (whatever an earlier run left is removed first)."""
     ensure_system_packages()
     os.makedirs(state, exist_ok=True)
     down()  # whatever an interrupted run left behind
-    return start_nodes(state, list(range(count)))
+    return start_nodes(state, list(range(count)), image=image, plain=plain, volumes=volumes)
 
 
-def start_nodes(state: str, indices: list[int], name: str = "hosts.yml") -> dict:
+def start_nodes(state: str, indices: list[int], name: str = "hosts.yml", image: str | None = None,
+                plain: bool = False, volumes: tuple[str, ...] = ()) -> dict:
     """Start the nodes of these indices on the project's network and write their inventory (state/name)."""
-    image = ensure_image()
+    image = image or ensure_image()
     wheelhouse = ensure_wheelhouse()
     nvidia_repo = os.path.join(CACHE, "nvidia-standin")
     standin_repo.build(nvidia_repo)
@@ -318,13 +324,13 @@ def start_nodes(state: str, indices: list[int], name: str = "hosts.yml") -> dict
     os.makedirs(seed, exist_ok=True)
     shutil.copy(key + ".pub", os.path.join(seed, "controller.pub"))
     for index in indices:
-        start_node(index, image, seed, wheelhouse, nvidia_repo)
+        start_node(index, image, seed, wheelhouse, nvidia_repo, plain=plain, volumes=volumes)
     known_hosts = os.path.join(state, "known_hosts-" + name)
     with open(known_hosts, "w") as handle:
         for index in indices:
             handle.write(scan_host_key(ADDRESS % (FIRST_HOST + index), ssh_port(index)) + "\n")
     nccl_tests_archive = standin_repo.build_nccl_tests_archive(CACHE)
-    inventory = write_inventory(state, indices, key, known_hosts, nccl_tests_archive, name)
+    inventory = write_inventory(state, indices, key, known_hosts, nccl_tests_archive, name, plain=plain)
     info = {"inventory": inventory, "nodes": [node_name(i) for i in indices],
             "containers": [container_name(i) for i in indices],
             "addresses": [ADDRESS % (FIRST_HOST + i) for i in indices], "key": key, "known_hosts": known_hosts,
@@ -334,6 +340,19 @@ def start_nodes(state: str, indices: list[int], name: str = "hosts.yml") -> dict
         json.dump(info, handle, indent=2)
     log("%d nodes up: %s" % (len(indices), ", ".join(info["addresses"])))
     return info
+
+
+# What a provisioned node must not keep when it becomes an image that many nodes start from: its SSH host keys
+# and root's key pair (each node makes its own), the controller's seeded key and the seed marker, the job folders.
+FORGET_NODE = ("rm -rf /etc/ssh/ssh_host_* /root/.ssh /var/lib/gpufleet-test-seeded /root/.gpufleet "
+               "/var/cache/apt/archives/*.deb")
+
+
+def commit_node(index: int, image: str) -> str:
+    """Save a node (provisioned) as an image that nodes can start from, without what makes it that node."""
+    node_exec(index, "/bin/sh", "-c", FORGET_NODE)
+    podman("commit", "--quiet", "--change", "CMD=/bin/bash", container_name(index), image)
+    return image
 
 
 def remove_nodes(indices: list[int]) -> None:

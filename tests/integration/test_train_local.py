@@ -194,6 +194,31 @@ def test_stop_and_status_refuse_a_bad_job_name_before_touching_a_node(local, pla
     assert "TASK [gpufleet.cluster.job : Read the state of the job(s)" not in run.out
 
 
+def _python_without_torch(local):
+    """A Python that cannot import torch (the interpreter without site-packages), as on nodes of a platform image."""
+    python = local.root / "python-without-torch"
+    python.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % sys.executable)
+    python.chmod(0o755)
+    return str(python)
+
+
+def test_launcher_none_runs_on_a_python_without_torch(local):
+    """launcher=none starts no torch.distributed: its script may run where torch is not installed."""
+    python = _python_without_torch(local)
+    script = local.root / "platform_entry.py"
+    script.write_text("import os\nprint('platform entry, node', os.environ['MLP_ROLE_INDEX'], 'done')\n")
+    run = local.playbook("train.yml", "-e", "script=%s" % script, "-e", "launcher=none",
+                         "-e", "gpufleet_python=%s" % python)
+    assert run.rc == 0, run.out[-3000:]
+    for index, host in enumerate(("node0", "node1")):
+        assert "platform entry, node %d done" % index in (local.logs / "platform_entry" / ("%s.log" % host)).read_text()
+    refused = local.playbook("train.yml", "-e", "script=%s" % script, "-e", "gpufleet_python=%s" % python,
+                             "-e", "job=with-torchrun")
+    assert refused.rc != 0
+    assert "node0: gpufleet_python=%s (%s) cannot import torch" % (python, python) in " ".join(refused.out.split())
+    assert not local.job_dir("node0", "with-torchrun").exists(), "a node was touched"
+
+
 def test_limit_keeps_order_and_makes_the_remaining_host_the_master(local):
     run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "script_args='--epochs 1'",
                          "--limit", "node1")

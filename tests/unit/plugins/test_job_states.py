@@ -1,10 +1,10 @@
-"""One vocabulary of job states (supervisor.JobState): the controller side imports it and keeps no copy."""
+"""One vocabulary of job states (job_states.JobState): the controller side imports it and keeps no copy."""
 
 import ast
 import glob
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "plugins")
 STATES = {value for name, value in vars(JobState).items() if name.isupper() and isinstance(value, str)} - {
@@ -43,7 +43,7 @@ def test_the_job_roles_jobs_folder_default_is_the_supervisions():
     """The one default the role must spell out itself (a role cannot import Python) agrees with Defaults."""
     import yaml
 
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.supervisor import Defaults
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults
 
     defaults = yaml.safe_load(open(os.path.join(PLUGINS, "..", "roles", "job", "defaults", "main.yml")))
     assert defaults["job_jobs_dir"] == "{{ gpufleet_jobs_dir | default('%s') }}" % Defaults.JOBS_DIR

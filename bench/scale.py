@@ -1,0 +1,506 @@
+#!/usr/bin/env python3
+"""Scale: launch, gang stop and re-provision at 2 to 16 container nodes, against the direct way.
+
+    make bench-scale                # or: .venv/bin/python bench/scale.py [--sizes 2,4,8,16] [--runs 3]
+                                    #     [--control-path 64] [--profile 8] [--forks-check 8]
+
+For each node count N, on a fresh cluster of N plain container nodes (tests/cluster/testbed.py) started from a
+provisioned image (a node provisioned once, then saved without its keys: the nodes do not download the same
+Debian packages N times), one rank per node, gloo:
+
+- P3 re-provision: provision.yml once to bring the cluster right (its first run), then again: the wall time of
+  the second run and its changed count (0 expected).
+- P1 launch, from invocation to every rank past init_process_group (each rank stamps the moment into a folder
+  the host shares with the nodes; the containers share the host's clock):
+  - gpufleet: ansible-playbook playbooks/train.yml -e script=/bench/init_timer.py -e script_on_nodes=true;
+  - direct: one ssh per node, started in parallel from the controller, each running that node's torchrun line
+    (static rendezvous, the node's /etc/gpufleet/nccl.env sourced), as pdsh/pssh users do; the same SSH options
+    as the inventory's (key, known hosts, host key checking on, ControlMaster/ControlPersist as ansible.cfg).
+  Cold: a fresh ControlPath folder (no SSH connection open); warm: connections left open by an untimed ssh to
+  every node. Runs alternate: direct cold, gpufleet cold, direct warm, gpufleet warm.
+- P2 gang stop: train.yml with tests/cluster/scripts/faulty_train.py on every node; once every node trains, the
+  rank on the last node is SIGKILLed; the time until no process of the job is left on any node, read from the
+  host's /proc (which sees the rootful containers' processes).
+- Controller cost of each ansible-playbook: CPU seconds of its whole process tree (os.wait4's rusage, which
+  counts every waited-for descendant: the forks and their ssh) and the peak of the tree's summed RSS (sampled
+  every 50 ms from /proc), both also per node.
+
+--control-path 64: 64 nodes with sshd only (the base image, no torch), train.yml -e launcher=none with a script
+that exits 0 after a short sleep (/usr/bin/python3): that it completes, its time and its controller cost.
+--profile 8: a per-task profile of train.yml at 8 nodes (bench/callback_plugins/task_profile.py).
+--forks-check 8: train.yml at 8 nodes with forks=5 (Ansible's default), success expected.
+
+Writes logs/bench/scale.json and logs/bench/scale.png (matplotlib, from the bench extra) and prints a table.
+The controller and every node share this machine's cores: every figure includes that contention, on both sides
+of a ratio. A figure, not a test: it fails only when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+BIN = os.path.dirname(sys.executable)
+sys.path[:0] = [os.path.join(REPO, "tests", "cluster"), os.path.join(REPO, "collections")]
+
+import testbed  # noqa: E402  pylint: disable=wrong-import-position
+from harness import Cluster  # noqa: E402  pylint: disable=wrong-import-position
+from jobfaults import kill_in_node, pid_of, train, wait_gone, wait_training  # noqa: E402
+
+VENV_PYTHON = "/opt/gpufleet/venv/bin/python"
+TORCHRUN = "/opt/gpufleet/venv/bin/torchrun"
+NCCL_ENV = "/etc/gpufleet/nccl.env"
+BENCH_MOUNT = "/bench"
+INIT_TIMER = os.path.join(HERE, "init_timer.py")
+# ansible.cfg's [ssh_connection] ssh_args, and what Ansible's ssh connection adds for key-only root logins.
+SSH_ARGS = ["-o", "ControlMaster=auto", "-o", "ControlPersist=300s", "-o", "ServerAliveInterval=15",
+            "-o", "KbdInteractiveAuthentication=no", "-o", "PasswordAuthentication=no", "-o", "ConnectTimeout=10"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running things and measuring the controller
+
+
+@dataclass
+class Measured:
+    rc: int
+    out: str
+    seconds: float
+    cpu_s: float
+    peak_rss_mb: float
+    started: float
+    recap: dict = field(default_factory=dict)
+
+    def changed(self) -> int:
+        return sum(counts.get("changed", 0) for counts in self.recap.values())
+
+
+def _tree_rss_kb(root: int) -> int:
+    """The summed RSS of root and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as handle:
+                stat = handle.read()
+            with open("/proc/%s/statm" % name) as handle:
+                pages = int(handle.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+        rss[int(name)] = pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def run_measured(cmd: list[str], env: dict, cwd: str, timeout: float = 1800) -> Measured:
+    """Run cmd; its wall time, its process tree's CPU seconds (rusage of it and its waited-for descendants) and
+    the peak of the tree's summed RSS."""
+    log = tempfile.TemporaryFile(mode="w+")
+    started = time.time()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603
+                            start_new_session=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+            done.wait(0.05)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.02)
+    seconds = time.time() - started
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    log.seek(0)
+    out = log.read()
+    return Measured(proc.returncode, out, seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024.0, started,
+                    _recap(out))
+
+
+def _recap(out: str) -> dict:
+    found = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M):
+        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
+    return found
+
+
+class Bench:
+    def __init__(self, state: str, info: dict, forks: int | None = None) -> None:
+        self.state = state
+        self.info = info
+        self.cluster = Cluster(info, state)
+        self.nodes = info["nodes"]
+        self.forks = forks
+        self.runs = 0
+        self.warm_dir = tempfile.mkdtemp(dir=state, prefix="cp-warm-")
+        with open(info["inventory"]) as handle:
+            text = handle.read()
+        self.ports = {}
+        current = None
+        for line in text.splitlines():
+            if line.startswith("    node"):
+                current = line.strip().rstrip(":")
+                self.ports[current] = 22
+            elif line.strip().startswith("ansible_port:") and current:
+                self.ports[current] = int(line.split(":")[1])
+
+    def env(self, control_dir: str, profile: str | None = None) -> dict:
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir)
+        if self.forks:
+            env["ANSIBLE_FORKS"] = str(self.forks)
+        if profile:
+            env.update(ANSIBLE_CALLBACK_PLUGINS=os.path.join(HERE, "callback_plugins"),
+                       ANSIBLE_CALLBACKS_ENABLED="gpufleet.cluster.interrupt,task_profile",
+                       GPUFLEET_TASK_PROFILE=profile)
+        return env
+
+    def playbook(self, name: str, *args: str, control_dir: str | None = None, profile: str | None = None
+                 ) -> Measured:
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.info["inventory"],
+               os.path.join(REPO, "playbooks", name), *args]
+        done = run_measured(cmd, self.env(control_dir or tempfile.mkdtemp(dir=self.state, prefix="cp-"), profile),
+                            self.state)
+        self.runs += 1
+        with open(os.path.join(self.state, "%02d-%s.log" % (self.runs, name.replace(".yml", ""))), "w") as handle:
+            handle.write("$ %s\n%s" % (" ".join(cmd), done.out))  # what each run printed, for a reader of the figures
+        return done
+
+    # -- SSH as pdsh/pssh users have it
+
+    def ssh_cmd(self, node: str, control_dir: str, remote: str) -> list[str]:
+        return ["ssh", "-i", self.info["key"], "-o", "UserKnownHostsFile=%s" % self.info["known_hosts"],
+                "-o", "StrictHostKeyChecking=yes", *SSH_ARGS, "-o", "ControlPath=%s/%%C" % control_dir,
+                "-p", str(self.ports.get(node, 22)), "root@%s" % self.cluster.addresses[node], remote]
+
+    def warm_up(self, control_dir: str) -> None:
+        """Open a persistent SSH connection to every node in control_dir (untimed)."""
+        procs = [subprocess.Popen(self.ssh_cmd(node, control_dir, "true"), stdout=subprocess.DEVNULL,  # noqa: S603
+                                  stderr=subprocess.DEVNULL) for node in self.nodes]
+        for proc in procs:
+            proc.wait(timeout=120)
+
+    def close(self, control_dir: str) -> None:
+        for node in self.nodes:
+            command = self.ssh_cmd(node, control_dir, "true")
+            subprocess.run(command[:-2] + ["-O", "exit", command[-2]], capture_output=True, check=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# P1: launch
+
+
+def stamps_dir(bench_dir: str, label: str) -> tuple[str, str]:
+    """(host path, node path) of a fresh stamps folder."""
+    host = os.path.join(bench_dir, "stamps", label)
+    os.makedirs(host, mode=0o777)
+    os.chmod(host, 0o777)
+    return host, "%s/stamps/%s" % (BENCH_MOUNT, label)
+
+
+def last_stamp(host_dir: str, world: int) -> float:
+    values = []
+    for rank in range(world):
+        with open(os.path.join(host_dir, "rank%d" % rank)) as handle:
+            values.append(float(handle.read()))
+    return max(values)
+
+
+def direct(bench: Bench, bench_dir: str, label: str, port: int, control_dir: str) -> float:
+    host_dir, node_dir = stamps_dir(bench_dir, label)
+    master = bench.cluster.addresses[bench.nodes[0]]
+    count = len(bench.nodes)
+    lines = {
+        node: "set -a; . %s; set +a; cd %s && BENCH_STAMPS=%s OMP_NUM_THREADS=1 exec %s --nnodes=%d --node-rank=%d "
+              "--nproc-per-node=1 --master-addr=%s --master-port=%d --rdzv-backend=static --max-restarts=0 "
+              "%s/init_timer.py" % (NCCL_ENV, BENCH_MOUNT, node_dir, TORCHRUN, count, rank, master, port, BENCH_MOUNT)
+        for rank, node in enumerate(bench.nodes)}
+    started = time.time()
+    procs = [subprocess.Popen(bench.ssh_cmd(node, control_dir, lines[node]), stdout=subprocess.PIPE,  # noqa: S603
+                              stderr=subprocess.STDOUT, text=True) for node in bench.nodes]
+    failed = []
+    for node, proc in zip(bench.nodes, procs):
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            failed.append("%s (rc %d): %s" % (node, proc.returncode, out[-800:]))
+    if failed:
+        raise SystemExit("direct torchrun failed on %s" % "\n".join(failed))
+    return last_stamp(host_dir, count) - started
+
+
+def gpufleet(bench: Bench, bench_dir: str, label: str, control_dir: str, profile: str | None = None
+             ) -> tuple[float, Measured]:
+    host_dir, node_dir = stamps_dir(bench_dir, label)
+    extra = json.dumps({"gpufleet_env": {"BENCH_STAMPS": node_dir, "OMP_NUM_THREADS": "1"}})
+    done = bench.playbook("train.yml", "-e", "script=%s/init_timer.py" % BENCH_MOUNT, "-e", "script_on_nodes=true",
+                          "-e", "job=%s" % label, "-e", extra, control_dir=control_dir, profile=profile)
+    if done.rc != 0:
+        raise SystemExit("train.yml failed:\n" + done.out[-4000:])
+    return last_stamp(host_dir, len(bench.nodes)) - done.started, done
+
+
+def p1_launch(bench: Bench, bench_dir: str, runs: int) -> dict:
+    rows: dict[str, list[float]] = {"direct_cold": [], "gpufleet_cold": [], "direct_warm": [], "gpufleet_warm": []}
+    costs: list[Measured] = []
+    count = len(bench.nodes)
+    warm_direct = tempfile.mkdtemp(dir=bench.state, prefix="cp-dw-")
+    for run in range(runs):
+        for kind in ("cold", "warm"):
+            if kind == "cold":
+                direct_dir = tempfile.mkdtemp(dir=bench.state, prefix="cp-dc-")
+                fleet_dir = tempfile.mkdtemp(dir=bench.state, prefix="cp-gc-")
+            else:
+                direct_dir, fleet_dir = warm_direct, bench.warm_dir
+                bench.warm_up(direct_dir)
+                bench.warm_up(fleet_dir)
+            label = "p1-%d-%s-%d" % (count, kind, run)
+            took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), direct_dir)
+            rows["direct_" + kind].append(round(took, 3))
+            ready, done = gpufleet(bench, bench_dir, label + "-g", fleet_dir)
+            rows["gpufleet_" + kind].append(round(ready, 3))
+            costs.append(done)
+            print("  N=%-2d run %d %-4s direct %6.2f s  gpufleet %6.2f s (playbook %6.2f s, %5.1f CPU s)"
+                  % (count, run + 1, kind, took, ready, done.seconds, done.cpu_s), flush=True)
+            if kind == "cold":
+                bench.close(direct_dir)
+                bench.close(fleet_dir)
+    result: dict = {kind: {"runs": values, "median_s": statistics.median(values)} for kind, values in rows.items()}
+    for kind in ("cold", "warm"):
+        result["ratio_" + kind] = result["gpufleet_" + kind]["median_s"] / result["direct_" + kind]["median_s"]
+        result["extra_s_" + kind] = result["gpufleet_" + kind]["median_s"] - result["direct_" + kind]["median_s"]
+    result["controller"] = cost_summary(costs, count)
+    return result
+
+
+def cost_summary(runs: list[Measured], count: int) -> dict:
+    cpu = statistics.median(run.cpu_s for run in runs)
+    peak = max(run.peak_rss_mb for run in runs)
+    return {"cpu_s": round(cpu, 2), "cpu_s_per_node": round(cpu / count, 3), "peak_rss_mb": round(peak, 1),
+            "peak_rss_mb_per_node": round(peak / count, 1)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# P2: gang stop; P3: re-provision
+
+
+def p2_gang_stop(bench: Bench, runs: int) -> dict:
+    last = bench.nodes[-1]
+    values = []
+    for run in range(runs):
+        job = "p2-%d-%d" % (len(bench.nodes), run)
+        background = train(bench.cluster, job)
+        found = wait_training(bench.cluster, job, run=background)
+        at = kill_in_node(bench.cluster, last, pid_of(found[last], "worker", rank=len(bench.nodes) - 1))
+        took = wait_gone(bench.cluster, job, timeout=120) - at
+        finished = background.finish(timeout=300)
+        if finished.rc == 0 or last not in finished.out:
+            raise SystemExit("train.yml did not fail naming %s after its rank was killed:\n%s"
+                             % (last, finished.out[-3000:]))
+        values.append(round(took, 3))
+        print("  N=%-2d gang stop run %d: %.2f s" % (len(bench.nodes), run + 1, took), flush=True)
+    return {"runs": values, "median_s": statistics.median(values), "max_s": max(values)}
+
+
+def provision(bench: Bench, *args: str) -> Measured:
+    done = bench.playbook("provision.yml", *args)
+    if done.rc != 0:
+        raise SystemExit("provision.yml failed:\n" + done.out[-4000:])
+    return done
+
+
+def p3_reprovision(bench: Bench) -> dict:
+    first = provision(bench)
+    print("  N=%-2d first provision %.1f s (changed %d)" % (len(bench.nodes), first.seconds, first.changed()),
+          flush=True)
+    again = provision(bench)
+    print("  N=%-2d re-provision %.1f s, changed=%d, %.1f CPU s, peak %.0f MB" % (
+        len(bench.nodes), again.seconds, again.changed(), again.cpu_s, again.peak_rss_mb), flush=True)
+    return {"first_s": round(first.seconds, 2), "first_changed": first.changed(), "seconds": round(again.seconds, 2),
+            "changed": again.changed(), "controller": cost_summary([again], len(bench.nodes))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The cluster
+
+
+def provisioned_image(state: str) -> str:
+    """An image of a node provisioned once (then stripped of its keys), made on first use."""
+    base = testbed.ensure_image()
+    name = "localhost/gpufleet-bench-node:%s" % hashlib.sha256(base.encode()).hexdigest()[:12]
+    if testbed.podman("image", "exists", name, check=False).returncode == 0:
+        return name
+    print("making %s: one node provisioned, then saved without its keys" % name, flush=True)
+    info = testbed.up(os.path.join(state, "image"), 1, plain=True)
+    bench = Bench(os.path.join(state, "image"), info)
+    provision(bench)
+    testbed.commit_node(0, name)
+    testbed.down(os.path.join(state, "image"))
+    return name
+
+
+def cluster(state: str, count: int, image: str, bench_dir: str) -> Bench:
+    info = testbed.up(state, count, image=image, plain=True, volumes=("%s:%s" % (bench_dir, BENCH_MOUNT),))
+    return Bench(state, info)
+
+
+def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
+    rows = []
+    for count in args.sizes:
+        bench_dir = tempfile.mkdtemp(dir=state, prefix="bench-%d-" % count)
+        os.chmod(bench_dir, 0o755)
+        shutil.copy(INIT_TIMER, os.path.join(bench_dir, "init_timer.py"))
+        print("N=%d: starting %d nodes" % (count, count), flush=True)
+        bench = cluster(os.path.join(state, "n%d" % count), count, image, bench_dir)
+        row: dict = {"nodes": count, "p3": p3_reprovision(bench)}
+        row["p1"] = p1_launch(bench, bench_dir, args.runs)
+        row["p2"] = p2_gang_stop(bench, args.runs)
+        if count == args.profile:
+            profile = os.path.join(state, "profile-%d.json" % count)
+            gpufleet(bench, bench_dir, "profile-%d" % count, bench.warm_dir, profile=profile)
+            with open(profile) as handle:
+                row["profile"] = json.load(handle)
+        if count == args.forks_check:
+            forks = Bench(bench.state, bench.info, forks=5)
+            ready, done = gpufleet(forks, bench_dir, "forks5-%d" % count, forks.warm_dir)
+            row["forks5"] = {"ready_s": round(ready, 2), "playbook_s": round(done.seconds, 2), "rc": done.rc}
+            print("  N=%-2d forks=5: every rank ready after %.2f s, playbook rc %d" % (count, ready, done.rc))
+        rows.append(row)
+        testbed.down()
+    return rows
+
+
+def control_path(state: str, count: int) -> dict:
+    """train.yml -e launcher=none on count nodes of the base image (sshd and python3 only, no torch)."""
+    print("control path: starting %d nodes (sshd only)" % count, flush=True)
+    info = testbed.up(os.path.join(state, "cp%d" % count), count, plain=True)
+    bench = Bench(os.path.join(state, "cp%d" % count), info)
+    script = os.path.join(bench.state, "sleep_then_exit.py")
+    with open(script, "w") as handle:
+        handle.write("import time\ntime.sleep(2)\n")
+    done = bench.playbook("train.yml", "-e", "script=%s" % script, "-e", "launcher=none", "-e",
+                          "gpufleet_python=/usr/bin/python3", "-e", "job=control-path")
+    testbed.down()
+    print("  %d nodes, launcher=none: rc %d in %.1f s, %.1f CPU s (%.3f per node), peak %.0f MB"
+          % (count, done.rc, done.seconds, done.cpu_s, done.cpu_s / count, done.peak_rss_mb), flush=True)
+    if done.rc != 0:
+        print(done.out[-4000:])
+    return {"nodes": count, "rc": done.rc, "seconds": round(done.seconds, 2), "changed": done.changed(),
+            "controller": cost_summary([done], count)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| nodes | P1 warm: gpufleet / direct | ratio | extra | P1 cold: gpufleet / direct | ratio | "
+            "P2 gang stop | P3 re-provision (changed) | controller CPU per node (train.yml) | peak RSS |")
+    lines = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for row in rows:
+        p1, p2, p3 = row["p1"], row["p2"], row["p3"]
+        lines.append("| %d | %.2f s / %.2f s | %.2f | %+.2f s | %.2f s / %.2f s | %.2f | %.2f s | %.1f s (%d) | "
+                     "%.2f s | %.0f MB |" % (
+                         row["nodes"], p1["gpufleet_warm"]["median_s"], p1["direct_warm"]["median_s"],
+                         p1["ratio_warm"], p1["extra_s_warm"], p1["gpufleet_cold"]["median_s"],
+                         p1["direct_cold"]["median_s"], p1["ratio_cold"], p2["median_s"], p3["seconds"],
+                         p3["changed"], p1["controller"]["cpu_s_per_node"], p1["controller"]["peak_rss_mb"]))
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    nodes = [row["nodes"] for row in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, label, style in (("gpufleet_warm", "train.yml, warm SSH", "o-"), ("direct_warm", "direct, warm SSH", "o--"),
+                              ("gpufleet_cold", "train.yml, cold SSH", "s-"), ("direct_cold", "direct, cold SSH", "s--")):
+        left.plot(nodes, [row["p1"][key]["median_s"] for row in rows], style, label=label)
+    left.set(title="P1: invocation to every rank past init_process_group", xlabel="nodes (1 rank each, gloo)",
+             ylabel="seconds (median)", xticks=nodes)
+    left.legend()
+    right.plot(nodes, [row["p2"]["median_s"] for row in rows], "o-", label="P2 gang stop (SIGKILL, last node)")
+    right.plot(nodes, [row["p3"]["seconds"] for row in rows], "s-", label="P3 re-provision (changed=0)")
+    right.set(title="P2 and P3", xlabel="nodes", ylabel="seconds", xticks=nodes)
+    right.legend()
+    figure.suptitle("gpufleet at scale: container nodes on one %d-core machine" % os.cpu_count())
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="2,4,8,16", type=lambda text: [int(n) for n in text.split(",")])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=8, help="profile train.yml's tasks at this node count")
+    parser.add_argument("--forks-check", type=int, default=8, help="train.yml with forks=5 at this node count")
+    parser.add_argument("--control-path", type=int, default=64, help="nodes of the control-path run (0: none)")
+    parser.add_argument("--state", default=os.path.join(REPO, ".cache", "bench-scale"))
+    parser.add_argument("--json", default=os.path.join(REPO, "logs", "bench", "scale.json"))
+    parser.add_argument("--png", default=os.path.join(REPO, "logs", "bench", "scale.png"))
+    args = parser.parse_args()
+    state = os.path.abspath(args.state)
+    shutil.rmtree(state, ignore_errors=True)
+    os.makedirs(state)
+    testbed.prepare()
+    result: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "runs": args.runs}
+    try:
+        image = provisioned_image(state)
+        result["rows"] = scale(args, state, image)
+        if args.control_path:
+            result["control_path"] = control_path(state, args.control_path)
+    finally:
+        testbed.down()
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as handle:
+        json.dump(result, handle, indent=2)
+    print("\n" + table(result["rows"]))
+    plot(result["rows"], args.png)
+    print("\nwrote %s and %s" % (args.json, args.png))
+    return 0
+
+
+def machine() -> str:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return "%d cores (%s), %.0f GiB" % (os.cpu_count() or 0, model, memory)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
