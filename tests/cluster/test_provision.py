@@ -45,7 +45,7 @@ MESH_CHECK = "ssh to every node by every name and address"
 def test_the_mesh_check_runs_when_the_mesh_changed_and_learns_nothing(cluster, provisioned):
     """The N x N check runs on a node whose remembered mesh differs (here: forgotten), and only there; it only
     checks: known_hosts is left as it was. OpenSSH itself rewrites known_hosts (mode 0600) when it learns a node's
-    other host keys (UpdateHostKeys, on by default: mpirun's first ssh does it); the next provision.yml changes
+    other host keys (UpdateHostKeys, on by default: mpirun's first ssh may do it); the next provision.yml changes
     nothing, and skips the check, since the mesh is the one checked."""
     assert provisioned["converge"].rc == 0
     node0 = cluster.host("node0")
@@ -59,9 +59,12 @@ def test_the_mesh_check_runs_when_the_mesh_changed_and_learns_nothing(cluster, p
     assert _task_status(run.out, MESH_CHECK, "node0") == "ok"
     assert _task_status(run.out, MESH_CHECK, "node1") == "skipping"
     assert node0.file(known_hosts).content_string == before, "the mesh check changed known_hosts"
-    targets = " ".join(name for node in cluster.nodes for name in (node, cluster.addresses[node]))
-    node0.check_output("for t in %s; do ssh -o BatchMode=yes -o UpdateHostKeys=yes $t true; done" % targets)
-    assert "|1|" in node0.file(known_hosts).content_string, "ssh learned no other host key: nothing was shown"
+    # What ssh leaves when UpdateHostKeys learns a node's other keys (seen on the benchmark's nodes; whether it does
+    # depends on how it finds the key): the learned keys appended hashed, the file replaced by a new one, 0600.
+    node0.check_output("ssh-keyscan -H -t rsa,ecdsa %s > /root/learned && cat %s /root/learned > /root/rewritten && "
+                       "rm /root/learned && chmod 600 /root/rewritten && mv /root/rewritten %s"
+                       % (cluster.addresses["node1"], known_hosts, known_hosts))
+    assert "|1|" in node0.file(known_hosts).content_string and node0.file(known_hosts).mode == 0o600
     run = cluster.playbook("provision.yml", "--tags", "ssh_mesh")
     assert run.rc == 0 and all(count["changed"] == 0 for count in run.recap().values()), run.recap()
     assert _task_status(run.out, MESH_CHECK, "node0") == "skipping"
