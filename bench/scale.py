@@ -41,7 +41,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -58,7 +57,8 @@ BIN = os.path.dirname(sys.executable)
 sys.path[:0] = [os.path.join(REPO, "tests", "cluster"), os.path.join(REPO, "collections")]
 
 import testbed  # noqa: E402  pylint: disable=wrong-import-position
-from harness import Cluster  # noqa: E402  pylint: disable=wrong-import-position
+from harness import Cluster, recap  # noqa: E402  pylint: disable=wrong-import-position
+from launch_overhead import last_stamp  # noqa: E402  pylint: disable=wrong-import-position
 from jobfaults import kill_in_node, pid_of, train, wait_gone, wait_training  # noqa: E402
 
 VENV_PYTHON = "/opt/gpufleet/venv/bin/python"
@@ -145,14 +145,7 @@ def run_measured(cmd: list[str], env: dict, cwd: str, timeout: float = 1800) -> 
     log.seek(0)
     out = log.read()
     return Measured(proc.returncode, out, seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024.0, started,
-                    _recap(out))
-
-
-def _recap(out: str) -> dict:
-    found = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M):
-        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
-    return found
+                    recap(out))
 
 
 class Bench:
@@ -164,16 +157,8 @@ class Bench:
         self.forks = forks
         self.runs = 0
         self.warm_dir = tempfile.mkdtemp(dir=state, prefix="cp-warm-")
-        with open(info["inventory"]) as handle:
-            text = handle.read()
-        self.ports = {}
-        current = None
-        for line in text.splitlines():
-            if line.startswith("    node"):
-                current = line.strip().rstrip(":")
-                self.ports[current] = 22
-            elif line.strip().startswith("ansible_port:") and current:
-                self.ports[current] = int(line.split(":")[1])
+        # testbed.up starts nodes 0..N-1: node i listens where testbed.ssh_port(i) says.
+        self.ports = {node: testbed.ssh_port(index) for index, node in enumerate(self.nodes)}
 
     def env(self, control_dir: str, profile: str | None = None) -> dict:
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
@@ -227,14 +212,6 @@ def stamps_dir(bench_dir: str, label: str) -> tuple[str, str]:
     os.makedirs(host, mode=0o777)
     os.chmod(host, 0o777)
     return host, "%s/stamps/%s" % (BENCH_MOUNT, label)
-
-
-def last_stamp(host_dir: str, world: int) -> float:
-    values = []
-    for rank in range(world):
-        with open(os.path.join(host_dir, "rank%d" % rank)) as handle:
-            values.append(float(handle.read()))
-    return max(values)
 
 
 def direct(bench: Bench, bench_dir: str, label: str, port: int, control_dir: str) -> float:

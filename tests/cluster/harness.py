@@ -26,11 +26,15 @@ class PlaybookRun:
     seconds: float
 
     def recap(self) -> dict:
-        """host -> {ok, changed, unreachable, failed, ...} from the PLAY RECAP."""
-        found = {}
-        for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.out, re.M):
-            found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
-        return found
+        return recap(self.out)
+
+
+def recap(out: str) -> dict:
+    """host -> {ok, changed, unreachable, failed, ...} from a playbook output's PLAY RECAP."""
+    found = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M):
+        found[host] = {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", counts)}
+    return found
 
 
 class Cluster:
