@@ -53,6 +53,11 @@ def proc_start_ticks(pid: int) -> int | None:
             raw = handle.read()
     except OSError:
         return None
+    return start_ticks_of(raw)
+
+
+def start_ticks_of(raw: bytes) -> int | None:
+    """The start time in a /proc/PID/stat line, or None for a zombie or no line."""
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = raw[raw.rfind(b")") + 2:].split()
     if len(fields) < 20 or fields[0] == b"Z":
@@ -79,6 +84,17 @@ def proc_has_token(pid: int, token: str) -> bool:
     except OSError:
         return False
     return ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
+
+
+def proc_is_rank(pid: int) -> bool:
+    """True when process pid is a rank (or a rank's child): every launcher gives each rank LOCAL_RANK, and the
+    launchers' own processes (torchrun's agent, deepspeed's) do not have it. Unreadable counts as a rank."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return True
+    return any(entry.startswith(b"LOCAL_RANK=") for entry in entries)
 
 
 def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:

@@ -68,6 +68,9 @@ class Defaults:
 
     JOBS_DIR = "~/.gpufleet/jobs"  # one sub-folder per job on each node
     GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run is stopped
+    # An agent launcher (AGENT_LAUNCHERS) still running this long after the last of its ranks ended is SIGKILLed
+    # then, not at the end of GRACE_S: the ranks had their grace; the agent holds nothing of the user's.
+    AGENT_GRACE_S = 1.0
     HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
     HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
     JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
@@ -75,3 +78,7 @@ class Defaults:
 
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")
+
+# Launchers whose own process is an agent that passes SIGTERM on to its ranks and then only tears itself down
+# (torchrun's agent took the whole grace period to exit at 16 nodes: docs/scale/).
+AGENT_LAUNCHERS = ("torchrun", "deepspeed")

@@ -46,6 +46,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang,
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     _set_parent_death_signal,
     end_run,
+    proc_is_rank,
     proc_start_ticks,
     read_json,
     run_processes,
@@ -56,6 +57,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     write_json_atomic,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    AGENT_LAUNCHERS,
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
     LAUNCH_FILE,
@@ -107,6 +109,8 @@ class Supervisor:
         self.first_exit_at: float | None = None
         self.next_scan = 0.0
         self.attempt_started = time.monotonic()
+        # While a run stops: when its last rank was first seen gone (an agent launcher is then left alone).
+        self.ranks_gone_at: float | None = None
         self.state: dict = {
             "job": spec.get("job"),
             "run_id": self.run_id,
@@ -219,6 +223,7 @@ class Supervisor:
         return self._gang_stop_reason()
 
     def _begin_stop(self, stop: StopReason) -> None:
+        self.ranks_gone_at = None
         self._save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
         self._log(stop.reason)
 
@@ -334,7 +339,7 @@ class Supervisor:
                     stopping_since = time.monotonic()
                     self._begin_stop(stopping)
                     terminate(self.token)
-            elif not killed and time.monotonic() - stopping_since > self.grace_s:
+            elif not killed and self._grace_over(stopping_since):
                 signal_run(self.token, signal.SIGKILL)
                 killed = True
         returncode = child.returncode
@@ -355,6 +360,26 @@ class Supervisor:
         if stopping is not None:
             outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
         return outcome
+
+    def _grace_over(self, stopping_since: float) -> bool:
+        """Whether what is left of a stopping run is SIGKILLed now: at the end of the grace period, or, with an
+        agent launcher, AGENT_GRACE_S after its last rank ended (the ranks had their grace to save their work)."""
+        now = time.monotonic()
+        if now - stopping_since > self.grace_s:
+            return True
+        launcher = str(self.spec.get("launcher") or "torchrun")
+        if launcher not in AGENT_LAUNCHERS:
+            return False
+        if any(proc_is_rank(pid) for pid in run_processes(self.token)):
+            self.ranks_gone_at = None
+            return False
+        if self.ranks_gone_at is None:
+            self.ranks_gone_at = now
+        if now - self.ranks_gone_at < Defaults.AGENT_GRACE_S:
+            return False
+        self._log("every rank has ended; %s was still running %.0f s later: ended with SIGKILL"
+                  % (launcher, Defaults.AGENT_GRACE_S))
+        return True
 
     def _await_peers(self) -> str:
         """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang.

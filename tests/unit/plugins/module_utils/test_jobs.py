@@ -39,12 +39,12 @@ def env(tmp_path):
         jobs.stop(jobs.job_dir(root, name), "test teardown", check_mode=False)
 
 
-def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0):
+def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0, launcher="torchrun"):
     script = tmp_path / ("%s-%d.sh" % (job, node_rank))
     script.write_text(body)
     return JobSpec(job=job, node_rank=node_rank, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
                    master_port=29500, python=str(tmp_path / "fake-python"), script=str(script), workdir=str(tmp_path),
-                   grace_s=grace_s)
+                   grace_s=grace_s, launcher=launcher)
 
 
 def launch(tmp_path, body, run_id="r1", **kwargs):
@@ -251,6 +251,42 @@ def test_root_cause_names_the_error_the_worker_recorded(tmp_path):
     recorded.write_text('{"message": {"message": "RuntimeError: CUDA out of memory", "extraInfo": {}}}')
     assert job_logs.error_file_message(str(recorded)) == "RuntimeError: CUDA out of memory"
     assert job_logs.error_file_message(str(tmp_path / "missing.json")) is None
+
+
+# The shape of torchrun's agent at 16 nodes (docs/scale/): it starts the rank (LOCAL_RANK set, as every launcher
+# does), then ignores SIGTERM itself and lingers. The rank saves its work on SIGTERM, taking 1.5 s.
+AGENT_AND_RANK = """SAVED=$(dirname "$0")/saved
+LOCAL_RANK=0 bash -c 'trap "sleep 1.5; echo saved > $0; exit 0" TERM; echo started; while true; do sleep 0.1; done' \\
+  "$SAVED" &
+trap '' TERM
+wait $!
+exec sleep 1000
+"""
+
+
+def stop_timed(env, launcher, grace_s):
+    path, _spec, _ = launch(env, AGENT_AND_RANK, grace_s=grace_s, launcher=launcher)
+    wait_for(lambda: "started" in open(os.path.join(path, "job.log")).read())
+    started = time.monotonic()
+    jobs.stop(path, "test", check_mode=False)
+    took = time.monotonic() - started
+    assert not token_processes(path)
+    return path, took
+
+
+def test_an_agent_launcher_left_alone_after_its_ranks_is_ended_without_waiting_for_the_grace_period(env):
+    path, took = stop_timed(env, "torchrun", grace_s=30.0)
+    assert (env / "saved").read_text() == "saved\n", "the rank's own grace was cut short"
+    assert 1.5 <= took < 10, "stop took %.1f s: the rank needs 1.5 s, the agent gets 1 s more, grace_s is 30" % took
+    assert "every rank has ended; torchrun was still running 1 s later: ended with SIGKILL" in \
+        open(os.path.join(path, "job.log")).read()
+
+
+def test_without_an_agent_launcher_what_is_left_gets_the_whole_grace_period(env):
+    # launcher=none: the lingering process is the user's own script, which may still be saving its work.
+    _path, took = stop_timed(env, "none", grace_s=4.0)
+    assert (env / "saved").read_text() == "saved\n"
+    assert took >= 3.9, "the user's script was SIGKILLed %.1f s into a 4 s grace period" % took
 
 
 def test_stop_ends_a_stopped_process_without_waiting_for_the_grace_period(env):
