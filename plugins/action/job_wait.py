@@ -33,7 +33,7 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_json_atomic
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, job_poll
 
 display = Display()
 
@@ -190,9 +190,16 @@ class ActionModule(ActionBase):
             display.warning("Ctrl-C will leave job %s running on the nodes: enable the gpufleet.cluster.interrupt "
                             "callback (callbacks_enabled in ansible.cfg) to have it stop the job everywhere" % job)
 
+        light = {"works": True}
+
         def status(tail: int | None) -> dict:
-            module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
             try:
+                if tail is None and light["works"]:
+                    found = self._light_poll(jobs_dir, job)
+                    if found is not None:
+                        return found
+                    light["works"] = False  # this node's shell answered something else: the module from now on
+                module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
                 return self._execute_module("gpufleet.cluster.job_status", module_args=module_args,
                                             task_vars=task_vars)
             except AnsibleConnectionFailure as exc:
@@ -213,3 +220,15 @@ class ActionModule(ActionBase):
         current["job"] = job
         result.update(changed=False, job_result=current)
         return result
+
+    def _light_poll(self, jobs_dir: str, job: str) -> dict | None:
+        """job_status's answer without its log tail, from one shell command (no Python started on the node)."""
+        # sudoable only under become: ssh then gives the command a terminal (-tt), which parse() undoes.
+        done = self._low_level_execute_command(job_poll.poll_command(jobs_dir, job),
+                                               sudoable=bool(self._play_context.become))
+        found = job_poll.parse(done.get("stdout") or "") if done.get("rc") == 0 else None
+        if found is None:
+            display.vvv("the light poll of job %s was not understood (rc %s), job_status reads it from now on: %r"
+                        % (job, done.get("rc"), (done.get("stdout") or "")[-500:] + (done.get("stderr") or "")[-500:]))
+            return None
+        return {"changed": False, "jobs": [found]}

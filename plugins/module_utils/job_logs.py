@@ -35,10 +35,14 @@ def tail_lines(path: str, count: int, max_bytes: int = 65536) -> list[str]:
             data = handle.read()
     except OSError:
         return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # the first line read is probably cut
-    return lines[-count:]
+    return split_tail(data.decode("utf-8", "replace"), cut=size > max_bytes)[-count:]
+
+
+def split_tail(text: str, cut: bool) -> list[str]:
+    """The lines of a file's end; with cut (the file is longer than what was read), without the first line read,
+    which is probably part of a line."""
+    lines = text.splitlines()
+    return lines[1:] if cut and lines else lines
 
 
 def torchrun_root_cause(lines: list[str]) -> dict | None:

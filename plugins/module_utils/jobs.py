@@ -82,22 +82,13 @@ def read_spec(path: str) -> dict | None:
 def status(path: str, tail: int = 0) -> dict:
     """The job's state on this node, checked against the live processes."""
     result: dict = {"job_dir": path, "log_path": os.path.join(path, LOG_FILE)}
-    spec = read_spec(path)
-    if spec is None:
-        result.update(state=JobState.ABSENT, running=False)
-        return result
     state = read_json(os.path.join(path, STATE_FILE))
-    if state is None or state.get("run_id") != spec.get("run_id"):
-        # Launched, but the supervisor has not written its first state yet.
-        result.update(state=JobState.STARTING, run_id=spec.get("run_id"), running=True)
+    result.update(state_of(read_spec(path), state, supervisor_alive(state or {})))
+    if result["state"] in (JobState.ABSENT, JobState.STARTING):
         return result
-    result.update(state)
-    if state.get("state") not in JobState.ENDED and not supervisor_alive(state):
-        result["state"] = JobState.LOST
-        result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
-    ended = state.get("ended_at") or time.time()
-    if isinstance(state.get("started_at"), (int, float)):
-        result["duration_s"] = round(float(ended) - float(state["started_at"]), 1)
+    ended = result.get("ended_at") or time.time()
+    if isinstance(result.get("started_at"), (int, float)):
+        result["duration_s"] = round(float(ended) - float(result["started_at"]), 1)
     lines = job_logs.tail_lines(result["log_path"], max(tail, 400), max_bytes=262144)
     result["last_line"] = lines[-1] if lines else ""
     cause = None
@@ -109,6 +100,21 @@ def status(path: str, tail: int = 0) -> dict:
         result["root_cause"] = cause
         lines = job_logs.without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
+    return result
+
+
+def state_of(spec: dict | None, state: dict | None, supervisor_alive_now: bool) -> dict:
+    """The job's state from its spec, its supervisor's state.json and whether that supervisor is still alive: the
+    part of status() that the controller's light poll (plugin_utils/job_poll.py) shares."""
+    if spec is None:
+        return {"state": JobState.ABSENT, "running": False}
+    if state is None or state.get("run_id") != spec.get("run_id"):
+        # Launched, but the supervisor has not written its first state yet.
+        return {"state": JobState.STARTING, "run_id": spec.get("run_id"), "running": True}
+    result = dict(state)
+    if state.get("state") not in JobState.ENDED and not supervisor_alive_now:
+        result["state"] = JobState.LOST
+        result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
     result["master_port"] = state.get("master_port") or spec.get("master_port")
     result["restart_ports"] = spec.get("restart_ports") or []
     result["running"] = is_running(result)

@@ -1,0 +1,113 @@
+"""The wait's light poll says what job_status says: its shell command is run here with /bin/sh against real jobs
+(the real supervisor, a stand-in torchrun that runs the script with bash, as in test_jobs.py), and its parsed
+output is compared with jobs.status() of the same folder, in every state the wait acts on."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import job_poll
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
+from waiting import wait_for  # noqa: E402  pylint: disable=wrong-import-position
+
+SOURCE = supervisor_bundle.shipped_source()
+COMPARED = ("state", "run_id", "attempt", "master_port", "ended_at", "exit_code", "running", "last_line",
+            "lost_reason", "stop_reason")
+
+
+@pytest.fixture
+def jobs_home(tmp_path):
+    """A HOME whose ~/.gpufleet/jobs holds the jobs (the poll expands '~' on the node, with the node's HOME)."""
+    fake = tmp_path / "fake-python"
+    fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
+    fake.chmod(0o755)
+    home = tmp_path / "home dir's"  # a space and a quote: the command quotes what it is given
+    home.mkdir()
+    yield tmp_path, home
+    root = str(home / ".gpufleet" / "jobs")
+    for name in jobs.list_jobs(root):
+        jobs.stop(jobs.job_dir(root, name), "test teardown", check_mode=False)
+
+
+def start(tmp_path, home, job, body):
+    script = tmp_path / ("%s.sh" % job)
+    script.write_text(body)
+    spec = JobSpec(job=job, node_rank=0, nnodes=1, nproc_per_node=1, world_size=1, master_addr="127.0.0.1",
+                   master_port=29500, python=str(tmp_path / "fake-python"), script=str(script),
+                   workdir=str(tmp_path), grace_s=1.0)
+    path = jobs.job_dir(str(home / ".gpufleet" / "jobs"), job)
+    jobs.start(path, spec, "run-" + job, SOURCE, check_mode=False)
+    return path
+
+
+def light(home, job):
+    command = job_poll.poll_command("~/.gpufleet/jobs", job)
+    out = subprocess.run(["/bin/sh", "-c", command], env=dict(os.environ, HOME=str(home)), capture_output=True,
+                         text=True, check=True).stdout
+    found = job_poll.parse(out)
+    assert found is not None, out
+    # Through a terminal (ssh -tt, as Ansible runs a command under become) every line ends with CR LF.
+    assert job_poll.parse(out.replace("\n", "\r\n")) == found
+    return found
+
+
+def assert_same(home, path, job):
+    full = jobs.status(path)
+    found = light(home, job)
+    assert {key: found.get(key) for key in COMPARED} == {key: full.get(key) for key in COMPARED}
+    return found
+
+
+def test_a_job_that_is_not_there_is_absent(jobs_home):
+    _tmp, home = jobs_home
+    assert light(home, "nothing")["state"] == JobState.ABSENT
+
+
+def test_running_then_succeeded_read_the_same_as_job_status(jobs_home):
+    tmp, home = jobs_home
+    path = start(tmp, home, "ok", "echo first\nsleep 1.5\necho 'the last line'\nexit 0\n")
+    wait_for(lambda: jobs.status(path)["state"] == "running" and jobs.status(path)["last_line"] == "first")
+    assert assert_same(home, path, "ok")["running"] is True
+    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    found = assert_same(home, path, "ok")
+    assert (found["state"], found["last_line"], found["exit_code"]) == ("succeeded", "the last line", 0)
+
+
+def test_a_failure_reads_the_same_as_job_status(jobs_home):
+    tmp, home = jobs_home
+    path = start(tmp, home, "bad", "echo about to fail\nexit 3\n")
+    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    assert assert_same(home, path, "bad")["state"] == "failed"
+
+
+def test_a_supervisor_gone_without_an_end_is_lost_in_both(jobs_home):
+    tmp, home = jobs_home
+    path = start(tmp, home, "lost", "echo started\nexec sleep 300\n")
+    pid = wait_for(lambda: jobs.status(path).get("supervisor_pid"))
+    wait_for(lambda: jobs.status(path)["state"] == "running")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: jobs.status(path)["state"] == JobState.LOST)
+    found = assert_same(home, path, "lost")
+    assert "is gone without recording an end" in found["lost_reason"]
+
+
+def test_the_last_line_of_a_long_log_is_read_from_its_end(jobs_home):
+    tmp, home = jobs_home
+    body = "for i in $(seq 1 3000); do echo \"step $i of a long log\"; done\necho 'done: loss 0.01'\nexit 0\n"
+    path = start(tmp, home, "long", body)
+    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    assert os.path.getsize(os.path.join(path, "job.log")) > job_poll.LOG_BYTES
+    assert assert_same(home, path, "long")["last_line"] == "done: loss 0.01"
+
+
+def test_no_section_is_no_job_folder_and_a_cut_short_answer_is_refused():
+    # The command prints nothing when it cannot enter the job's folder, whatever a login script printed first.
+    assert job_poll.parse("Welcome to node1\n")["state"] == JobState.ABSENT
+    assert job_poll.parse(job_poll.MARK + "spec\n{}" + job_poll.MARK + "state\n") is None
