@@ -28,7 +28,8 @@ Debian packages N times), one rank per node, gloo:
 --control-path 64: 64 nodes with sshd only (the base image, no torch), train.yml -e launcher=none with a script
 that exits 0 after a short sleep (/usr/bin/python3): that it completes, its time and its controller cost.
 --profile 8: a per-task profile of train.yml at 8 nodes (bench/callback_plugins/task_profile.py).
---forks-check 8: train.yml at 8 nodes with forks=5 (Ansible's default), success expected.
+--forks-check 8: train.yml at 8 nodes with forks=5 (Ansible's default): success expected, then a rank failing
+on the last node must fail the play naming that node.
 
 Writes logs/bench/scale.json and logs/bench/scale.png (matplotlib, from the bench extra) and prints a table.
 The controller and every node share this machine's cores: every figure includes that contention, on both sides
@@ -287,6 +288,20 @@ def cost_summary(runs: list[Measured], count: int) -> dict:
             "peak_rss_mb_per_node": round(peak / count, 1)}
 
 
+def forks_failing_last_node(bench: Bench) -> str:
+    """With forks=5, a rank failing on the last node fails train.yml naming that node (as the forks test of
+    tests/cluster/test_supervision.py checks with 2 forks on 3 nodes); returns the play's error line."""
+    last, count = bench.nodes[-1], len(bench.nodes)
+    job = "forks5-fail-%d" % count
+    finished = train(bench.cluster, job, "--forks", "5",
+                     script_args="--steps 400 --fail-rank %d --fail-step 10" % (count - 1)).finish(timeout=600)
+    expected = "job %s failed on %s (node_rank %d)" % (job, last, count - 1)
+    if finished.rc == 0 or expected not in finished.out:
+        raise SystemExit("forks=5: train.yml did not fail naming %s:\n%s" % (last, finished.out[-3000:]))
+    print("  N=%-2d forks=5, a rank failing on %s: %s" % (count, last, expected), flush=True)
+    return expected
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # P2: gang stop; P3: re-provision
 
@@ -370,7 +385,8 @@ def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
         if count == args.forks_check:
             forks = Bench(bench.state, bench.info, forks=5)
             ready, done = gpufleet(forks, bench_dir, "forks5-%d" % count, forks.warm_dir)
-            row["forks5"] = {"ready_s": round(ready, 2), "playbook_s": round(done.seconds, 2), "rc": done.rc}
+            row["forks5"] = {"ready_s": round(ready, 2), "playbook_s": round(done.seconds, 2), "rc": done.rc,
+                             "failing_last_node": forks_failing_last_node(bench)}
             print("  N=%-2d forks=5: every rank ready after %.2f s, playbook rc %d" % (count, ready, done.rc))
         rows.append(row)
         testbed.down()

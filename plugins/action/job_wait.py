@@ -5,7 +5,8 @@
 """Action gpufleet.cluster.job_wait: wait for a job on one node, failing fast with the gang.
 
 Every node of the job runs this task at the same time (one fork each). Each
-polls its own node with gpufleet.cluster.job_status and, after each poll,
+polls its own node (one shell command, plugin_utils/job_poll.py; the last
+read is gpufleet.cluster.job_status) and, after each poll,
 writes its state into a folder on the controller that all of them share and
 reads the others'. When another node has failed, stopped or stopped
 answering, it stops its own node's part of the job with

@@ -13,7 +13,10 @@ module: job_wait
 short_description: Wait for a job on a node, stopping it as soon as another node's part fails
 version_added: 0.1.0
 description:
-  - Polls the node's job with M(gpufleet.cluster.job_status) until it ends, and returns the node's final result.
+  - Polls the node's job until it ends, and returns the node's final result, read with
+    M(gpufleet.cluster.job_status). Each poll while the job runs is one POSIX shell command (C(cat) and C(tail) of
+    the job's files), read on the controller as M(gpufleet.cluster.job_status) reads them, so that no Python starts
+    on the node every O(poll_s); when a node's answer is not understood, M(gpufleet.cluster.job_status) polls it.
   - All nodes of the job run this task at once; after each poll each writes its state into O(gang_dir) on the
     controller and reads the others'. When another node's part failed, was stopped or its node stopped answering
     (O(max_misses) polls in a row), this node's part is stopped with M(gpufleet.cluster.job_stop) and reported as
@@ -36,7 +39,7 @@ attributes:
     platforms: posix
   action:
     support: full
-    details: The loop runs on the controller; each poll runs a module on the node.
+    details: The loop runs on the controller; each poll runs one shell command on the node.
   async:
     support: none
   bypass_host_loop:
