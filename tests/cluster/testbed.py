@@ -81,7 +81,11 @@ exec sleep infinity
 """
 # Nodes whose init is systemd (shared/TESTBED.md, "systemd as a node's init"), for the roles that enable and start
 # services (Fabric Manager, nvidia-persistenced): started on demand, with sshd as systemd's ssh.service on port 22.
-SYSTEMD_NODES = (6,)
+SYSTEMD_NODES = (6, 7, 8, 9)
+# Slurm's nodes (tests/cluster/test_slurm.py), systemd nodes too; 7 and 8 call themselves something other than their
+# inventory name, as servers named by their vendor or DHCP do (Slurm's NodeHostname).
+SLURM_NODES = (7, 8, 9)
+HOSTNAMES = {7: "head-a07", 8: "gpu-b08"}
 SYSTEMD_PACKAGES = ",systemd,systemd-sysv,dbus"
 # Nodes as users have them (shared/TESTBED.md): node1 keeps the runtime's bind-mounted /etc/hosts (it is never
 # stopped or disconnected by the fault tests, which would make podman rewrite that file), and node2's sshd
@@ -210,7 +214,8 @@ def start_node(index: int, image: str, seed: str, wheelhouse: str, nvidia_repo: 
     else:
         init = ["--init", "--init-path", shutil.which("catatonit") or "/usr/bin/catatonit", image,
                 "/bin/sh", "-c", NODE_INIT]
-    podman("run", "--detach", "--name", name, "--hostname", node_name(index), "--network", NETWORK,
+    podman("run", "--detach", "--name", name, "--hostname", HOSTNAMES.get(index, node_name(index)),
+           "--network", NETWORK,
            "--ip", ADDRESS % (FIRST_HOST + index), *hosts, "--env", "GPUFLEET_TEST_SSH_PORT=%d" % ssh_port(index),
            "--volume", "%s:/seed:ro" % seed,
            "--volume", "%s:/wheelhouse:ro" % wheelhouse, "--volume", "%s:/nvidia-repo:ro" % nvidia_repo,
