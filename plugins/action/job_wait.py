@@ -191,15 +191,19 @@ class ActionModule(ActionBase):
             display.warning("Ctrl-C will leave job %s running on the nodes: enable the gpufleet.cluster.interrupt "
                             "callback (callbacks_enabled in ansible.cfg) to have it stop the job everywhere" % job)
 
-        light = {"works": True}
+        host = task_vars["inventory_hostname"]
+        polls = {"shell": 0, "job_status": 0}  # how this node was read: returned, so that it can be checked
+        shell_works = [True]
 
         def status(tail: int | None) -> dict:
             try:
-                if tail is None and light["works"]:
-                    found = self._light_poll(jobs_dir, job)
+                if tail is None and shell_works[0]:
+                    found = self._light_poll(host, jobs_dir, job)
                     if found is not None:
+                        polls["shell"] += 1
                         return found
-                    light["works"] = False  # this node's shell answered something else: the module from now on
+                    shell_works[0] = False  # not understood: job_status from now on
+                polls["job_status"] += 1
                 module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
                 return self._execute_module("gpufleet.cluster.job_status", module_args=module_args,
                                             task_vars=task_vars)
@@ -214,22 +218,25 @@ class ActionModule(ActionBase):
             except AnsibleConnectionFailure:
                 pass  # the node is unreachable: its own supervisor is all that can act there
 
-        wait = GangWait(task_vars["inventory_hostname"], args["node_rank"], list(args["hosts"] or []),
+        wait = GangWait(host, args["node_rank"], list(args["hosts"] or []),
                         args["gang_dir"], status, stop, max_misses=args["max_misses"], progress=args["progress"],
                         progress_s=args["progress_s"], poll_s=args["poll_s"])
         current = wait.run(args["tail"])
         current["job"] = job
-        result.update(changed=False, job_result=current)
+        result.update(changed=False, job_result=current, polls=polls)
         return result
 
-    def _light_poll(self, jobs_dir: str, job: str) -> dict | None:
+    def _light_poll(self, host: str, jobs_dir: str, job: str) -> dict | None:
         """job_status's answer without its log tail, from one shell command (no Python started on the node)."""
         # sudoable only under become: ssh then gives the command a terminal (-tt), which parse() undoes.
         done = self._low_level_execute_command(job_poll.poll_command(jobs_dir, job),
                                                sudoable=bool(self._play_context.become))
         found = job_poll.parse(done.get("stdout") or "") if done.get("rc") == 0 else None
         if found is None:
-            display.vvv("the light poll of job %s was not understood (rc %s), job_status reads it from now on: %r"
-                        % (job, done.get("rc"), (done.get("stdout") or "")[-500:] + (done.get("stderr") or "")[-500:]))
+            display.warning("%s: the shell's answer to the poll of job %s was not understood (rc %s); the job_status "
+                            "module polls this node from now on (a Python start on the node per poll)"
+                            % (host, job, done.get("rc")))
+            display.vvv("%s: the answer: %r" % (host, (done.get("stdout") or "")[-500:]
+                                                + (done.get("stderr") or "")[-500:]))
             return None
         return {"changed": False, "jobs": [found]}

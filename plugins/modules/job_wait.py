@@ -98,4 +98,11 @@ job_result:
     another node's failure stopped it, C(stopped_for).
   returned: always
   type: dict
+polls:
+  description: How the node was read while waiting. C(shell) counts the one-command polls, C(job_status) the
+    module's runs (the final read, and every poll after a shell answer that was not understood, which is also
+    warned about).
+  returned: always
+  type: dict
+  sample: {"shell": 14, "job_status": 1}
 """

@@ -31,6 +31,18 @@ def test_train_succeeds_with_world_size_2_and_fetches_logs(local):
     assert (local.job_dir("node0", "train") / "code" / "checkpoints" / "last.pt").is_file()
 
 
+def test_the_wait_reads_each_node_with_one_shell_command_per_poll(local):
+    """Each poll while the job runs is the shell command of plugin_utils/job_poll.py; the job_status module runs
+    once per node, for the final read (with -v, job_wait returns the counts)."""
+    run = local.playbook("train.yml", "-e", "script=%s/sleep_then_exit.py" % SCRIPTS, "-e", "script_args='6'", "-v")
+    assert run.rc == 0, run.out[-3000:]
+    counts = re.findall(r"^\s+polls:\s*\n\s+job_status: (\d+)\s*\n\s+shell: (\d+)", run.out, re.M)
+    assert len(counts) == 2, run.out[-4000:]
+    for job_status, shell in counts:
+        assert int(job_status) == 1 and int(shell) >= 2, counts
+    assert "was not understood" not in run.out
+
+
 def test_a_rank_exiting_3_fails_the_play_fast_and_leaves_nothing(local):
     stamp = local.root / "failed_at"
     env = json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "FAIL_STAMP": str(stamp), "FAIL_CODE": "3",
