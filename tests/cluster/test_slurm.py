@@ -29,6 +29,11 @@ def slurm_runs(slurm_cluster):
     # Bad input first, on untouched nodes: refused before anything is changed.
     refused = slurm_cluster.playbook("provision.yml", *ARGS, "-e", "slurm_controller=node99")
     runs = {"refused": refused}
+    # Check mode on nodes that have none of Slurm's packages yet: it says what it would do and changes nothing.
+    runs["check_first"] = slurm_cluster.playbook("provision.yml", *ARGS, "--check")
+    runs["check_first"].slurmd_installed = [
+        node for node in slurm_cluster.nodes
+        if slurm_cluster.node_exec(node, "dpkg-query", "--show", "slurmd").returncode == 0]
     runs["converge"] = slurm_cluster.playbook("provision.yml", *ARGS)
     runs["idempotence"] = slurm_cluster.playbook("provision.yml", *ARGS)
     runs["check"] = slurm_cluster.playbook("provision.yml", *ARGS, "--check", "--diff")
@@ -46,6 +51,14 @@ def test_a_controller_outside_the_group_is_refused_before_anything_changes(slurm
     assert "slurm_controller=\"node99\" must be one of the hosts of slurm_group=gpu_nodes (node7, node8, node9)" \
         in refused.out
     assert all(counts["changed"] == 0 for counts in refused.recap().values()), refused.recap()
+
+
+def test_check_mode_on_fresh_nodes_reports_the_install_and_changes_nothing(slurm_cluster, slurm_runs):
+    run = slurm_runs["check_first"]
+    assert run.rc == 0, run.out[-4000:]
+    assert all(run.recap()[node]["changed"] > 0 for node in slurm_cluster.nodes), run.recap()
+    assert "would install munge, slurmd, slurm-client, slurmctld" in run.out
+    assert run.slurmd_installed == [], "check mode installed slurmd on %s" % run.slurmd_installed
 
 
 def test_converge_then_nothing_changes_and_check_mode_agrees(slurm_runs):
