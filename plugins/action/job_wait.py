@@ -193,16 +193,17 @@ class ActionModule(ActionBase):
 
         host = task_vars["inventory_hostname"]
         polls = {"shell": 0, "job_status": 0}  # how this node was read: returned, so that it can be checked
-        shell_works = [True]
+        shell_works = True
 
         def status(tail: int | None) -> dict:
+            nonlocal shell_works
             try:
-                if tail is None and shell_works[0]:
+                if tail is None and shell_works:
                     found = self._light_poll(host, jobs_dir, job)
                     if found is not None:
                         polls["shell"] += 1
                         return found
-                    shell_works[0] = False  # not understood: job_status from now on
+                    shell_works = False  # not understood: job_status from now on
                 polls["job_status"] += 1
                 module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
                 return self._execute_module("gpufleet.cluster.job_status", module_args=module_args,

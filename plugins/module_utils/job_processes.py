@@ -76,25 +76,26 @@ def run_token(spec: dict) -> str:
     return "%s.%s" % (spec["run_id"], spec["node_rank"])
 
 
-def proc_has_token(pid: int, token: str) -> bool:
-    """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
+def _proc_environ(pid: int) -> list[bytes] | None:
+    """The NAME=value entries of process pid's environment, or None when it cannot be read (gone, not ours)."""
     try:
         with open("/proc/%d/environ" % pid, "rb") as handle:
-            entries = handle.read().split(b"\0")
+            return handle.read().split(b"\0")
     except OSError:
-        return False
-    return ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
+        return None
+
+
+def proc_has_token(pid: int, token: str) -> bool:
+    """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
+    entries = _proc_environ(pid)
+    return entries is not None and ("%s=%s" % (TOKEN_VAR, token)).encode() in entries
 
 
 def proc_is_rank(pid: int) -> bool:
     """True when process pid is a rank (or a rank's child): every launcher gives each rank LOCAL_RANK, and the
     launchers' own processes (torchrun's agent, deepspeed's) do not have it. Unreadable counts as a rank."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as handle:
-            entries = handle.read().split(b"\0")
-    except OSError:
-        return True
-    return any(entry.startswith(b"LOCAL_RANK=") for entry in entries)
+    entries = _proc_environ(pid)
+    return entries is None or any(entry.startswith(b"LOCAL_RANK=") for entry in entries)
 
 
 def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:
@@ -144,12 +145,13 @@ def end_run(token: str, grace_s: float, exclude: tuple[int, ...] = (), poll_s: f
     return len(first)
 
 
-def supervisor_alive(state: dict) -> bool:
-    """True when the supervisor recorded in state is still that very process (not a reused PID)."""
+def supervisor_alive(state: dict, stat: bytes | None = None) -> bool:
+    """True when the supervisor recorded in state is still that very process (not a reused PID). stat is its
+    /proc/PID/stat line when it was read elsewhere (the wait's shell poll); without it, it is read here."""
     pid = state.get("supervisor_pid")
     if not isinstance(pid, int):
         return False
-    ticks = proc_start_ticks(pid)
+    ticks = proc_start_ticks(pid) if stat is None else start_ticks_of(stat)
     return ticks is not None and ticks == state.get("supervisor_start_ticks")
 
 

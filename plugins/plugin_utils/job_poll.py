@@ -17,7 +17,7 @@ import json
 import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_logs import split_tail
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import start_ticks_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import supervisor_alive
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import LOG_FILE, SPEC_FILE, STATE_FILE
 from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import state_of
 
@@ -69,8 +69,7 @@ def parse(out: str) -> dict | None:
     if set(sections) != {"spec", "state", "stat", "log"}:
         return None
     state = _json(sections["state"])
-    ticks = start_ticks_of(sections["stat"].encode())
-    alive = state is not None and ticks is not None and ticks == state.get("supervisor_start_ticks")
+    alive = supervisor_alive(state or {}, sections["stat"].encode())
     result = state_of(_json(sections["spec"]), state, alive)
     lines = split_tail(sections["log"], cut=len(sections["log"].encode()) >= LOG_BYTES)
     result["last_line"] = lines[-1] if lines else ""
