@@ -12,7 +12,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, plan
 
@@ -73,6 +74,18 @@ def launcher(value: Any) -> str:
     chosen = value or "torchrun"
     if chosen not in launchers.LAUNCHERS:
         raise plan.PlanError("launcher: %r is not one of %s" % (chosen, ", ".join(launchers.LAUNCHERS)))
+    return str(chosen)
+
+
+def scheduler(value: Any, chosen_launcher: str) -> str:
+    """The scheduler, or an error listing the ones there are (and the launchers Slurm cannot run)."""
+    chosen = value or "ssh"
+    if chosen not in slurm_jobs.SCHEDULERS:
+        raise plan.PlanError("scheduler: %r is not one of %s" % (chosen, ", ".join(slurm_jobs.SCHEDULERS)))
+    if chosen == "slurm" and chosen_launcher in SINGLE_ENTRY:
+        raise plan.PlanError("launcher: %s is not supported with scheduler=slurm (node 0's %s would start the other "
+                             "nodes' ranks outside Slurm's job step); use torchrun, deepspeed or none"
+                             % (chosen_launcher, chosen_launcher))
     return str(chosen)
 
 
@@ -140,6 +153,9 @@ class ActionModule(ActionBase):
             "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                     minimum=0, maximum=100),
             "launcher": launcher(args.get("launcher")),
+            "scheduler": scheduler(args.get("scheduler"), launcher(args.get("launcher"))),
+            "gpus_per_node": plan.parse_positive_int(args.get("gpus_per_node"), "gpus_per_node", minimum=0,
+                                                     maximum=64),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             "wait": wait,

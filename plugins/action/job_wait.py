@@ -14,6 +14,11 @@ gpufleet.cluster.job_stop, so no rank is left waiting in a collective. (The
 nodes' supervisors do the same among themselves, with heartbeats, without the
 controller; this is the controller's second line.)
 
+Under Slurm (scheduler=slurm), a node's part is queued until Slurm starts
+the job; the progress node says Slurm's state while it waits (pending and
+why, then running). A stop because another node failed leaves the Slurm job
+alone (it ends by itself, and Slurm records it as failed); Ctrl-C cancels it.
+
 When the gpufleet.cluster.interrupt callback has seen Ctrl-C, the file named
 by GPUFLEET_INTERRUPT_FILE exists: each node's wait then stops its node's part
 and returns, so that the play goes on to fetch the logs and report.
@@ -87,7 +92,7 @@ class GangWait:
     node; ActionModule wires them to gpufleet.cluster.job_status and job_stop."""
 
     def __init__(self, host: str, node_rank: Any, hosts: list[str], gang_dir: str,
-                 status: Callable[[int | None], dict], stop: Callable[[str], None],
+                 status: Callable[[int | None], dict], stop: Callable[..., None],
                  say: Callable[[str], None] = display.display, max_misses: int = 3, progress: bool = False,
                  progress_s: float = 5, poll_s: float = 2) -> None:
         self.host, self.node_rank, self.hosts, self.gang_dir = host, node_rank, hosts, gang_dir
@@ -99,6 +104,7 @@ class GangWait:
         self.attempt = 1
         self.last_shown = ""
         self.last_shown_at = 0.0
+        self.last_queue = ""
         self.started = time.monotonic()
         self.current: dict = {"state": "unknown"}
 
@@ -141,6 +147,7 @@ class GangWait:
         if not self.progress:
             return
         current = self.current
+        self.show_queue()
         if isinstance(current.get("attempt"), int) and current["attempt"] != self.attempt:
             self.attempt = current["attempt"]
             self.say("  [%s] the job failed; attempt %d of %s on master port %s" % (
@@ -149,6 +156,24 @@ class GangWait:
             if time.monotonic() - self.last_shown_at >= self.progress_s:
                 self.last_shown, self.last_shown_at = current["last_line"], time.monotonic()
                 self.say("  [%s %4ds] %s" % (self.host, time.monotonic() - self.started, self.last_shown))
+
+    def show_queue(self) -> None:
+        """Slurm's state of the job each time it changes while this node's part is queued, then its start."""
+        slurm = self.current.get("slurm") or {}
+        if self.current.get("state") != JobState.QUEUED:
+            if self.last_queue:
+                self.last_queue = ""
+                self.say("  [%s %4ds] Slurm job %s started on %s" % (
+                    self.host, time.monotonic() - self.started, slurm.get("job_id") or self.current.get("slurm_job_id"),
+                    slurm.get("nodes") or "its nodes"))
+            return
+        reason = slurm.get("reason")
+        shown = "%s (%s)" % (str(slurm.get("state", "?")).lower(), reason) if reason not in (None, "", "None") \
+            else str(slurm.get("state", "?")).lower()
+        if shown != self.last_queue:
+            self.last_queue = shown
+            self.say("  [%s %4ds] Slurm job %s: %s" % (self.host, time.monotonic() - self.started,
+                                                       self.current.get("slurm_job_id"), shown))
 
     def check_peers(self) -> bool:
         """Stop this node's part once, when another node's part ended the job; True when it did."""
@@ -160,7 +185,7 @@ class GangWait:
         reason = "stopped by gpufleet: %s (node_rank %s) %s" % (
             self.stopped_for["host"], self.stopped_for.get("node_rank"), self.stopped_for["state"])
         self.say("  [%s] %s; stopping this node's part" % (self.host, reason))
-        self.stop(reason)
+        self.stop(reason, cancel_scheduler=False)
         return True
 
     def final(self, tail: int) -> dict:
@@ -211,10 +236,11 @@ class ActionModule(ActionBase):
             except AnsibleConnectionFailure as exc:
                 return {"failed": True, "msg": str(exc)}
 
-        def stop(reason: str) -> None:
+        def stop(reason: str, cancel_scheduler: bool = True) -> None:
             try:
                 self._execute_module("gpufleet.cluster.job_stop",
-                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason},
+                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason,
+                                                  "cancel_scheduler": cancel_scheduler},
                                      task_vars=task_vars)
             except AnsibleConnectionFailure:
                 pass  # the node is unreachable: its own supervisor is all that can act there

@@ -56,6 +56,11 @@ class JobSpec:
     launcher: str = "torchrun"
     # Ranks on each node, in rank order (the hostfile's slots and the rank manifest's ranges).
     slots: tuple[int, ...] = ()
+    # ssh: the launch starts the supervisor, detached; slurm: a Slurm job step starts it (slurm_jobs.py), on the
+    # Slurm node slurm_node (the one this folder is for), as part of Slurm job slurm_job_id.
+    scheduler: str = "ssh"
+    slurm_node: str = ""
+    slurm_job_id: str = ""
 
     def as_dict(self) -> dict:
         data = asdict(self)

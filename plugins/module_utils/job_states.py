@@ -19,12 +19,18 @@ STOP_REQUEST_FILE = "stop_request"
 GANG_KEY_FILE = "gang_key"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
 TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
+# Under Slurm: the master port and the relaunch ports, comma-separated, chosen when the allocation started.
+PORTS_VAR = "GPUFLEET_PORTS"
 
 
 class JobState:
     """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
     report name them. The controller side imports these; it keeps no copy.
 
+    queued -> starting                                               scheduler=slurm: the folder is ready, Slurm has
+                                                                     not started the node's part yet (the launch
+                                                                     writes queued; the supervisor, once Slurm
+                                                                     starts it, the rest)
     starting -> running -> succeeded | failed | hung | stopped      the supervisor writes these in state.json
     running -> stopping -> stopped                                   a stop request, or another node's failure
     running -> restarting -> running                                 max_restarts: the whole gang starts again
@@ -33,6 +39,7 @@ class JobState:
     unreachable   the node stopped answering the controller (job_wait decides)
     """
 
+    QUEUED = "queued"
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -47,7 +54,7 @@ class JobState:
     # The key that names the node whose failure stopped this one ("stopped because of another node").
     STOPPED_FOR = "stopped_for"
     # Derived sets.
-    ACTIVE = (STARTING, RUNNING, STOPPING, RESTARTING)
+    ACTIVE = (QUEUED, STARTING, RUNNING, STOPPING, RESTARTING)
     ENDED = (SUCCEEDED, FAILED, STOPPED, HUNG, LOST)  # on the node
     WAIT_ENDED = ENDED + (ABSENT, UNREACHABLE)  # where the controller's wait stops
     # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).

@@ -12,7 +12,8 @@ Layout of ``<jobs_dir>/<job>/`` (owner-only):
 - ``supervisor.py`` and ``supervisor.log``: the supervisor and its own messages;
 - ``job.log``: the training output of this node; an earlier run's log is kept
   as ``job.<run_id>.log`` when the job is launched again;
-- ``state.json`` and ``exit_code``: written by the supervisor.
+- ``state.json`` and ``exit_code``: written by the supervisor (under Slurm, ``queued`` by the launch first);
+- ``slurm_task.sh``: under Slurm, what srun runs on the node (slurm_jobs.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers, slurm_jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     end_run,
     read_json,
@@ -84,7 +85,9 @@ def status(path: str, tail: int = 0) -> dict:
     result: dict = {"job_dir": path, "log_path": os.path.join(path, LOG_FILE)}
     state = read_json(os.path.join(path, STATE_FILE))
     result.update(state_of(read_spec(path), state, supervisor_alive(state or {})))
-    if result["state"] in (JobState.ABSENT, JobState.STARTING):
+    if (state or {}).get("slurm_job_id"):  # Slurm's state next to gpufleet's
+        result = slurm_jobs.settle(result, slurm_jobs.query(state["slurm_job_id"]))
+    if result["state"] in (JobState.ABSENT, JobState.STARTING, JobState.QUEUED):
         return result
     ended = result.get("ended_at") or time.time()
     if isinstance(result.get("started_at"), (int, float)):
@@ -112,6 +115,10 @@ def state_of(spec: dict | None, state: dict | None, supervisor_alive_now: bool) 
         # Launched, but the supervisor has not written its first state yet.
         return {"state": JobState.STARTING, "run_id": spec.get("run_id"), "running": True}
     result = dict(state)
+    if state.get("state") == JobState.QUEUED:
+        # Slurm has not started this node's supervisor yet (slurm_jobs.settle says what Slurm makes of it).
+        result["running"] = True
+        return result
     if state.get("state") not in JobState.ENDED and not supervisor_alive_now:
         result["state"] = JobState.LOST
         result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
@@ -135,12 +142,16 @@ def _read(path: str) -> str:
 
 def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
     env_path = os.path.join(path, ENV_FILE)
-    return {
+    files = {
         LAUNCH_FILE: render_launch_script(spec, env_path, os.path.join(path, SECRET_ENV_FILE)),
         ENV_FILE: render_env_file(job_environment(spec, path)),
         launchers.HOSTFILE: launchers.hostfile_text(spec),
         launchers.MANIFEST: launchers.manifest_text(spec),
     }
+    if spec.scheduler == "slurm":
+        # The interpreter running this module runs the supervisor, as with ssh.
+        files[slurm_jobs.TASK_FILE] = slurm_jobs.task_script(path, spec.slurm_node, spec.node_rank, sys.executable)
+    return files
 
 
 def start(
@@ -185,6 +196,13 @@ def start(
         result.update(pid=None, run_id=run_id, state=JobState.ABSENT)
         return result
     _write_folder(path, spec, run_id, files, supervisor_source, current, script_content, secret_env, gang_key)
+    if spec.scheduler == "slurm":
+        # Slurm's step starts the supervisor (slurm_task.sh), when the job's allocation starts.
+        write_json_atomic(os.path.join(path, STATE_FILE), {
+            "job": spec.job, "run_id": run_id, "node_rank": spec.node_rank, "state": JobState.QUEUED,
+            "slurm_job_id": spec.slurm_job_id, "slurm_node": spec.slurm_node, "queued_at": time.time()})
+        result.update(pid=None, supervisor_pid=None, run_id=run_id, state=JobState.QUEUED)
+        return result
     state = _start_supervisor(path, start_timeout_s)
     result.update(pid=state.get("pid"), supervisor_pid=state.get("supervisor_pid"), run_id=run_id, state=state["state"])
     return result
@@ -221,6 +239,11 @@ def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], 
     write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
     for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
         write_atomic(os.path.join(path, name), files[name], 0o600)
+    task_path = os.path.join(path, slurm_jobs.TASK_FILE)
+    if slurm_jobs.TASK_FILE in files:
+        write_atomic(task_path, files[slurm_jobs.TASK_FILE], 0o700)
+    elif os.path.exists(task_path):
+        os.remove(task_path)
     secret_path = os.path.join(path, SECRET_ENV_FILE)
     if secret_env:
         write_atomic(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log
@@ -278,8 +301,10 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
     )
 
 
-def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> dict:
-    """Stop this job's run on this node: only processes that carry its run token are signalled."""
+def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, cancel_scheduler: bool = True) -> dict:
+    """Stop this job's run on this node: only processes that carry its run token are signalled. Under Slurm,
+    the Slurm job is cancelled first (unless cancel_scheduler is false: a stop of one node's part because another
+    node failed, which ends the Slurm job by itself, recorded as failed)."""
     current = status(path)
     result = {"job_dir": path, "changed": False, "state_before": current["state"]}
     spec = read_spec(path) or {}
@@ -293,6 +318,9 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
         result["state"] = "stopped"
         return result
     write_atomic(os.path.join(path, STOP_REQUEST_FILE), reason + "\n", 0o600)
+    slurm_job_id = spec.get("slurm_job_id") if spec.get("scheduler") == "slurm" else None
+    if slurm_job_id and (cancel_scheduler or current["state"] == JobState.QUEUED):
+        result["scancel"] = slurm_jobs.cancel(slurm_job_id) or "cancelled Slurm job %s" % slurm_job_id
     if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -304,6 +332,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0) -> d
     killed = end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == JobState.LOST:
+        # A supervisor that never started (queued) or is gone without recording the end: the stop records it.
         state = dict(read_json(os.path.join(path, STATE_FILE)) or {})
         state.update(state="stopped", stop_reason=reason, ended_at=time.time())
         write_json_atomic(os.path.join(path, STATE_FILE), state)

@@ -29,6 +29,10 @@ detached (its own session), as ``python3 supervisor.py JOB_DIR``. It then:
   node is in, so that with ``max_restarts`` the whole gang is launched again
   together, on the next of ``restart_ports``.
 
+Under Slurm (scheduler=slurm; module_utils/slurm_jobs.py) srun starts it in the foreground, as the step's task on
+the node, and the master port and the relaunch ports come from ``GPUFLEET_PORTS``, chosen on node 0 when the
+allocation started (``supervisor.py --pick-ports N`` prints them).
+
 Processes are only ever signalled by PID after checking they carry this run's
 token: never by name or pattern. Standard library only, Python 3.8+.
 """
@@ -36,7 +40,9 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -62,6 +68,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     GANG_KEY_FILE,
     LAUNCH_FILE,
     LOG_FILE,
+    PORTS_VAR,
     RUN_ID_VAR,
     SINGLE_ENTRY,
     SPEC_FILE,
@@ -94,6 +101,10 @@ class Supervisor:
         # this node's first output of the attempt, its silence counts only past this allowance.
         self.hang_startup_s = float(spec.get("hang_startup_s") or 0)
         self.ports = [int(spec["master_port"])] + [int(p) for p in spec.get("restart_ports") or []]
+        if spec.get("scheduler") == "slurm" and os.environ.get(PORTS_VAR):
+            # Chosen when Slurm started the job, not when it was submitted; the gang's heartbeats use the first.
+            self.ports = [int(port) for port in os.environ[PORTS_VAR].split(",")]
+            spec["master_port"] = self.ports[0]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
         self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
@@ -123,6 +134,9 @@ class Supervisor:
             "max_restarts": self.max_restarts,
             "attempts": [],
         }
+        if spec.get("scheduler") == "slurm":
+            self.state.update(slurm_job_id=os.environ.get("SLURM_JOB_ID"), slurm_step_id=os.environ.get("SLURM_STEP_ID"),
+                              slurm_node=os.environ.get("SLURMD_NODENAME"))
 
     def _save(self, **changes: object) -> None:
         self.state.update(changes)
@@ -486,9 +500,30 @@ class Supervisor:
             handle.write("%d\n" % exit_code)
 
 
+def pick_ports(count: int, first: int = 29500, last: int = 29999) -> list[int]:
+    """count different free TCP ports of torchrun's range, in random order (two jobs starting at once rarely
+    try the same one first); each is bound for a moment to see that it is free."""
+    candidates = list(range(first, last + 1))
+    random.shuffle(candidates)
+    picked: list[int] = []
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        picked.append(port)
+        if len(picked) == count:
+            return picked
+    raise SystemExit("gpufleet supervisor: fewer than %d free TCP ports in %d-%d" % (count, first, last))
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--pick-ports":
+        sys.stdout.write(",".join(str(port) for port in pick_ports(int(argv[2]))) + "\n")
+        return 0
     if len(argv) != 2:
-        sys.stderr.write("usage: supervisor.py JOB_DIR\n")
+        sys.stderr.write("usage: supervisor.py JOB_DIR | supervisor.py --pick-ports N\n")
         return 2
     os.umask(0o077)  # the job's log, state and what the training writes stay its owner's
     return Supervisor(os.path.abspath(argv[1])).run()

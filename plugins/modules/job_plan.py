@@ -83,6 +83,17 @@ options:
     description: What starts the ranks; see M(gpufleet.cluster.launch).
     type: str
     default: torchrun
+  scheduler:
+    description:
+      - C(ssh) launches on every node directly. C(slurm) submits the job to the Slurm cluster the nodes belong to
+        (the C(slurm) role deploys one); C(mpirun) and C(horovodrun) are refused with it.
+    type: str
+    default: ssh
+  gpus_per_node:
+    description:
+      - With O(scheduler=slurm), the GPUs to ask Slurm for on each node (C(--gres=gpu:N)); unset, the node's ranks
+        on a node with GPUs, none on a node without.
+    type: raw
 seealso:
   - module: gpufleet.cluster.launch
 """

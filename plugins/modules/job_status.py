@@ -84,6 +84,13 @@ jobs:
       type: list
       elements: str
       returned: when the job exists
+    slurm:
+      description:
+        - For a job run by Slurm (train.yml C(-e scheduler=slurm)), Slurm's state of its job
+          (C(job_id), C(state) such as C(PENDING) or C(RUNNING), C(reason) such as C(Resources), C(nodes),
+          C(exit_code)), next to gpufleet's own C(state). C(state) is C(GONE) when Slurm no longer knows the job.
+      type: dict
+      returned: when the job is Slurm's
 """
 
 from ansible.module_utils.basic import AnsibleModule

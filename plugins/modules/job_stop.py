@@ -44,6 +44,13 @@ options:
     description: Seconds to wait for the supervisor to finish stopping before ending the processes directly.
     type: float
     default: 30
+  cancel_scheduler:
+    description:
+      - For a job run by Slurm (train.yml C(-e scheduler=slurm)), C(scancel) its Slurm job first. A job still
+        queued is always cancelled. The wait of train.yml sets it to false when it stops a node's part because
+        another node's part failed, so that Slurm records the job as failed, not cancelled.
+    type: bool
+    default: true
 seealso:
   - module: gpufleet.cluster.launch
   - module: gpufleet.cluster.job_status
@@ -73,6 +80,11 @@ remaining:
   type: list
   elements: int
   sample: []
+scancel:
+  description: For a job run by Slurm, what the cancel of its Slurm job did (or what scancel said when it failed).
+  returned: when a Slurm job was cancelled
+  type: str
+  sample: cancelled Slurm job 42
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -87,6 +99,7 @@ def main() -> None:
             **jobs.jobs_dir_spec(),
             "reason": {"type": "str", "default": "stopped by request"},
             "timeout_s": {"type": "float", "default": 30},
+            "cancel_scheduler": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -94,7 +107,8 @@ def main() -> None:
     if not jobs.JOB_NAME_RE.match(params["job"]):
         module.fail_json(msg="job: %r is not a valid job name" % params["job"])
     result = jobs.stop(
-        jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"]
+        jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"],
+        cancel_scheduler=params["cancel_scheduler"],
     )
     if result.get("remaining"):
         module.fail_json(msg="processes of job %s are still alive: %s" % (params["job"], result["remaining"]), **result)

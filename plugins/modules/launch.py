@@ -189,6 +189,23 @@ options:
     description: Seconds to wait for the supervisor to report the job running.
     type: float
     default: 15
+  scheduler:
+    description:
+      - C(ssh) starts the supervisor now, detached. C(slurm) prepares the job folder only, with the state C(queued)
+        and C(slurm_task.sh), which the Slurm job O(slurm_job_id)'s step runs on the node (srun), starting the
+        supervisor in the foreground when Slurm starts the job; the master port is then chosen on node 0 at
+        that moment, unless O(master_port) is given.
+    type: str
+    default: ssh
+    choices: [ssh, slurm]
+  slurm_node:
+    description: With O(scheduler=slurm), Slurm's name of this node (C(SLURMD_NODENAME)); the task refuses to run on another.
+    type: str
+    default: ""
+  slurm_job_id:
+    description: With O(scheduler=slurm), the id of the (held) Slurm job that will run the job.
+    type: str
+    default: ""
 seealso:
   - module: gpufleet.cluster.job_status
   - module: gpufleet.cluster.job_stop
@@ -253,7 +270,7 @@ cmd:
   elements: str
   sample: ["/opt/venvs/train/bin/python", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1"]
 state:
-  description: The job's state on this node after the call (C(running), or C(absent) in check mode).
+  description: The job's state on this node after the call (C(running); C(queued) with O(scheduler=slurm); C(absent) in check mode).
   returned: always
   type: str
   sample: running
@@ -313,6 +330,9 @@ def build_spec(params: dict) -> JobSpec:
         restart_ports=tuple(params["restart_ports"]),
         launcher=params["launcher"],
         slots=tuple(params["slots"]),
+        scheduler=params["scheduler"],
+        slurm_node=params["slurm_node"],
+        slurm_job_id=params["slurm_job_id"],
     )
 
 
@@ -329,15 +349,24 @@ def validate(module: AnsibleModule, params: dict) -> None:
         module.fail_json(msg="nproc_per_node: must be at least 1, got %d" % params["nproc_per_node"])
     if params["script_content"] is not None and os.path.isabs(params["script"]):
         module.fail_json(msg="script: must be relative to workdir when script_content is given, got %s" % params["script"])
-    if not 1 <= params["master_port"] <= 65535:
+    if not 1 <= params["master_port"] <= 65535 and not (params["scheduler"] == "slurm" and params["master_port"] == 0):
         module.fail_json(msg="master_port: %d is not a TCP port" % params["master_port"])
+    if params["scheduler"] == "slurm":
+        if not params["slurm_node"] or not params["slurm_job_id"].isdigit():
+            module.fail_json(msg="scheduler: slurm needs slurm_node (got %r) and a numeric slurm_job_id (got %r)"
+                             % (params["slurm_node"], params["slurm_job_id"]))
+        if params["launcher"] in SINGLE_ENTRY:
+            module.fail_json(msg="launcher: %s is not supported with scheduler=slurm (its ranks would start outside "
+                             "Slurm's step); use torchrun, deepspeed or none" % params["launcher"])
     if params["iface"] and not IFACE_RE.match(params["iface"]):
         module.fail_json(msg="iface: %r is not a network interface name" % params["iface"])
     nodes = params["nodes"] or []
     if nodes:
         if len(nodes) != params["nnodes"] or any(len(node) != 2 for node in nodes):
             module.fail_json(msg="nodes: must list all %d nodes as [name, address] pairs" % params["nnodes"])
-    if params["max_restarts"] < 0 or len(params["restart_ports"]) < params["max_restarts"]:
+    # Under Slurm the relaunch ports are chosen with the master port, when Slurm starts the job.
+    if params["max_restarts"] < 0 or (len(params["restart_ports"]) < params["max_restarts"]
+                                      and params["scheduler"] != "slurm"):
         module.fail_json(msg="max_restarts: %d needs as many restart_ports, got %d"
                          % (params["max_restarts"], len(params["restart_ports"])))
     if params["slots"] and len(params["slots"]) != len(nodes):
@@ -387,6 +416,9 @@ def main() -> None:
                          "choices": list(launchers.LAUNCHERS)},
             "slots": {"type": "list", "elements": "int", "default": []},
             "start_timeout_s": {"type": "float", "default": 15},
+            "scheduler": {"type": "str", "default": "ssh", "choices": ["ssh", "slurm"]},
+            "slurm_node": {"type": "str", "default": ""},
+            "slurm_job_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )

@@ -9,6 +9,9 @@ Python interpreter on the node (about 0.3 CPU seconds, and the modules' upload):
 interpreters a second, taken from the ranks' own start (docs/scale/). The light poll runs `cat` and `tail`
 instead, and reads their output with the same code as job_status (jobs.state_of), so both say the same state.
 The wait's last read, with the log's tail and the root cause, is still the module.
+
+Under Slurm, while the node's part is queued, the same command asks slurmctld for the job's state (``scontrol``),
+read with slurm_jobs.settle as job_status reads it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_logs import s
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import supervisor_alive
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import LOG_FILE, SPEC_FILE, STATE_FILE
 from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import state_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils.slurm_jobs import parse_job, settle
 
 MARK = "\n@@gpufleet-poll "
 LOG_BYTES = 8192  # of the log's end: its last line is the wait's progress line
@@ -35,13 +39,16 @@ def node_path(jobs_dir: str, job: str) -> str:
 
 def poll_command(jobs_dir: str, job: str) -> str:
     """The POSIX shell command whose output parse() reads; it changes nothing and always exits 0."""
+    slurm = ("sid=$(sed -n 's/^ *\"slurm_job_id\": *\"\\([0-9_]*\\)\".*/\\1/p' {state} 2>/dev/null); "
+             "if [ -n \"$sid\" ] && grep -q '\"state\": \"queued\"' {state} 2>/dev/null; then "
+             "printf '{mark}slurm\\n'; scontrol --oneliner show job \"$sid\" 2>&1; fi; ")
     return (
         "cd {dir} 2>/dev/null || exit 0; "
         "printf '{mark}spec\\n'; cat {spec} 2>/dev/null; "
         "printf '{mark}state\\n'; cat {state} 2>/dev/null; "
         "pid=$(sed -n 's/^ *\"supervisor_pid\": *\\([0-9][0-9]*\\).*/\\1/p' {state} 2>/dev/null); "
         "printf '{mark}stat\\n'; [ -n \"$pid\" ] && cat /proc/$pid/stat 2>/dev/null; "
-        "printf '{mark}log\\n'; tail -c {log_bytes} {log} 2>/dev/null; exit 0"
+        "printf '{mark}log\\n'; tail -c {log_bytes} {log} 2>/dev/null; " + slurm + "exit 0"
     ).format(dir=node_path(jobs_dir, job), mark=MARK.replace("\n", "\\n"), spec=SPEC_FILE, state=STATE_FILE,
              log=LOG_FILE, log_bytes=LOG_BYTES)
 
@@ -59,18 +66,21 @@ def parse(out: str) -> dict | None:
     None when the output is not the command's (the caller then asks job_status)."""
     # A terminal (ssh -tt, under become) ends each line with CR LF; what a login script printed before the first
     # mark is not the job's.
-    parts = out.replace("\r\n", "\n").split(MARK, 4)
+    parts = out.replace("\r\n", "\n").split(MARK, 5)
     sections = {}
     for part in parts[1:]:
         name, _sep, body = part.partition("\n")
         sections[name] = body
     if not parts[1:]:
         sections = {"spec": "", "state": "", "stat": "", "log": ""}  # no job folder
+    slurm = sections.pop("slurm", None)
     if set(sections) != {"spec", "state", "stat", "log"}:
         return None
     state = _json(sections["state"])
     alive = supervisor_alive(state or {}, sections["stat"].encode())
     result = state_of(_json(sections["spec"]), state, alive)
+    if slurm is not None:
+        result = settle(result, parse_job(slurm))
     lines = split_tail(sections["log"], cut=len(sections["log"].encode()) >= LOG_BYTES)
     result["last_line"] = lines[-1] if lines else ""
     return result

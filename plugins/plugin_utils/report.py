@@ -14,6 +14,16 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))
 JOB_COLUMN = ("job", "job")
+# Shown for jobs run by Slurm (scheduler=slurm): Slurm's id and state of the job, next to gpufleet's state.
+SLURM_COLUMN = ("slurm", "slurm")
+
+
+def _slurm(result: Mapping[str, Any]) -> str:
+    slurm = result.get("slurm")
+    if not isinstance(slurm, Mapping):
+        return "-"
+    job_id = slurm.get("job_id") or result.get("slurm_job_id") or "?"
+    return "%s %s" % (job_id, slurm.get("state", "?"))
 
 
 def _duration(value: Any) -> str:
@@ -54,6 +64,7 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
                 "attempts": str(len(attempts)) if isinstance(attempts, list) and attempts else "-",
                 "duration": _duration(result.get("duration_s")),
                 "log": str(result.get("log") or result.get("log_path") or "-"),
+                "slurm": _slurm(result),
             }
         )
     return rows
@@ -63,6 +74,8 @@ def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -
     """A plain-text table, one line per node (and job), in the order given (rank order)."""
     columns = COLUMNS[:1] + (JOB_COLUMN,) + COLUMNS[1:] if show_job else COLUMNS
     rows = table_rows(results)
+    if any(row["slurm"] != "-" for row in rows):
+        columns = columns[:-1] + (SLURM_COLUMN,) + columns[-1:]
     widths = {key: len(title) for title, key in columns}
     for row in rows:
         for _title, key in columns:

@@ -45,6 +45,9 @@ def main() -> int:
             # One write per line: ranks on one node share the log.
             sys.stdout.write("ok rank %d of %d on node %d local %s sum %d\n" % (
                 rank, world, node, os.environ["LOCAL_RANK"], total.item()))
+            if os.environ.get("SLURM_JOB_ID"):  # run by Slurm (scheduler=slurm): Slurm's own view of the rank
+                sys.stdout.write("slurm job %s rank %d on %s nodeid %s\n" % (
+                    os.environ["SLURM_JOB_ID"], rank, os.environ.get("SLURMD_NODENAME"), os.environ.get("SLURM_NODEID")))
             sys.stdout.flush()
         if rank == args.fail_rank:
             print("rank %d fails on purpose" % rank, flush=True)

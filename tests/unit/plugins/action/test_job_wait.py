@@ -35,14 +35,16 @@ class FakeNode:
     def __init__(self, *answers):
         self.answers = list(answers)
         self.stops = []
+        self.cancels = []
         self.tails = []
 
     def status(self, tail):
         self.tails.append(tail)
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
-    def stop(self, reason):
+    def stop(self, reason, cancel_scheduler=True):
         self.stops.append(reason)
+        self.cancels.append(cancel_scheduler)
 
 
 def gang_wait(tmp_path, node, host="node1", hosts=("node0", "node1"), **options):
@@ -113,3 +115,27 @@ def test_ctrl_c_stops_this_part_and_marks_the_result(tmp_path, monkeypatch):
     final = wait.run(tail=30)
     assert node.stops == ["stopped by gpufleet: interrupted on the controller (Ctrl-C)"]
     assert final["interrupted"] is True
+    assert node.cancels == [True]  # Ctrl-C cancels a Slurm job too
+
+
+def test_a_gang_stop_leaves_the_slurm_job_to_end_by_itself(tmp_path, monkeypatch):
+    monkeypatch.delenv(job_wait.INTERRUPT_VAR, raising=False)
+    job_wait.write_state(str(tmp_path / "gang"), "node0", {"host": "node0", "node_rank": 0, "state": "failed",
+                                                           "ended_at": 5.0, "stopped_for": None})
+    node = FakeNode(job("running"), job("stopped"))
+    gang_wait(tmp_path, node)[0].run(tail=0)
+    assert node.cancels == [False]  # so that Slurm records the job as failed, not cancelled
+
+
+def test_progress_says_slurm_s_queue_state_as_it_changes_then_the_start(tmp_path, monkeypatch):
+    monkeypatch.delenv(job_wait.INTERRUPT_VAR, raising=False)
+    queued = {"slurm_job_id": "7"}
+    node = FakeNode(job("queued", slurm={"state": "PENDING", "reason": "None"}, **queued),
+                    job("queued", slurm={"state": "PENDING", "reason": "Resources"}, **queued),
+                    job("queued", slurm={"state": "PENDING", "reason": "Resources"}, **queued),
+                    job("starting", slurm={"state": "RUNNING", "job_id": "7", "nodes": "node[7-9]"}, **queued),
+                    job("running", last_line="epoch 1"), job("succeeded"))
+    wait, said = gang_wait(tmp_path, node, progress=True, progress_s=0)
+    wait.run(tail=0)
+    assert [line.split("] ", 1)[1] for line in said] == [
+        "Slurm job 7: pending", "Slurm job 7: pending (Resources)", "Slurm job 7 started on node[7-9]", "epoch 1"]

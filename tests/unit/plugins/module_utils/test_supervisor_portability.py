@@ -63,6 +63,11 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
     """With nothing of the collection importable: its usage line, from a folder of its own."""
     done = subprocess.run([sys.executable, "-I", str(shipped)], capture_output=True, text=True, cwd=tmp_path,
                           check=False)
-    assert done.returncode == 2 and done.stderr == "usage: supervisor.py JOB_DIR\n", done.stderr
+    assert done.returncode == 2 and done.stderr == "usage: supervisor.py JOB_DIR | supervisor.py --pick-ports N\n", \
+        done.stderr
+    # The ports Slurm's first step picks on node 0 (scheduler=slurm): different, free, in torchrun's range.
+    picked = subprocess.run([sys.executable, "-I", str(shipped), "--pick-ports", "3"], capture_output=True, text=True,
+                            cwd=tmp_path, check=True).stdout.strip().split(",")
+    assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
     assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
         "job_states", "job_processes", "gang", "supervisor"]

@@ -27,6 +27,13 @@ def test_job_column_for_status():
     assert report.format_table([dict(OK, job="llama")], show_job=True).splitlines()[0].split()[:2] == ["node", "job"]
 
 
+def test_slurm_column_only_for_jobs_run_by_slurm():
+    assert "slurm" not in report.format_table([OK]).splitlines()[0]
+    table = report.format_table([dict(OK, slurm={"job_id": "12", "state": "FAILED"}), OK]).splitlines()
+    assert table[0].split() == ["node", "rank", "state", "exit", "attempts", "duration", "slurm", "log"]
+    assert "12 FAILED" in table[2] and " - " in table[3]
+
+
 def test_no_failure_no_message():
     assert report.failure_message("j", [OK]) is None
 
