@@ -163,9 +163,8 @@ class GangWait:
         if self.current.get("state") != JobState.QUEUED:
             if self.last_queue:
                 self.last_queue = ""
-                self.say("  [%s %4ds] Slurm job %s started on %s" % (
-                    self.host, time.monotonic() - self.started, slurm.get("job_id") or self.current.get("slurm_job_id"),
-                    slurm.get("nodes") or "its nodes"))
+                job_id = slurm.get("job_id") or self.current.get("slurm_job_id")
+                self.say("  [%s %4ds] Slurm job %s started" % (self.host, time.monotonic() - self.started, job_id))
             return
         reason = slurm.get("reason")
         shown = "%s (%s)" % (str(slurm.get("state", "?")).lower(), reason) if reason not in (None, "", "None") \

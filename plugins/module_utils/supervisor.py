@@ -135,7 +135,8 @@ class Supervisor:
             "attempts": [],
         }
         if spec.get("scheduler") == "slurm":
-            self.state.update(slurm_job_id=os.environ.get("SLURM_JOB_ID"), slurm_step_id=os.environ.get("SLURM_STEP_ID"),
+            self.state.update(slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+                              slurm_step_id=os.environ.get("SLURM_STEP_ID"),
                               slurm_node=os.environ.get("SLURMD_NODENAME"))
 
     def _save(self, **changes: object) -> None:

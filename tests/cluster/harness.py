@@ -73,10 +73,11 @@ class Cluster:
         print("$ %s\n%s" % (" ".join(cmd), out[-6000:]))
         return PlaybookRun(done.returncode, out, time.monotonic() - started)
 
-    def start_playbook(self, name: str, *args: str, log_name: str = "playbook.log") -> "Background":
+    def start_playbook(self, name: str, *args: str, log_name: str = "playbook.log",
+                       inventory: str | None = None) -> "Background":
         """ansible-playbook in the background, in its own session (as a terminal's foreground job is)."""
-        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory, os.path.join(REPO, "playbooks", name),
-               *args]
+        cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
+               os.path.join(REPO, "playbooks", name), *args]
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))

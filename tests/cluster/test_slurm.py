@@ -3,14 +3,26 @@ with Debian's own packages (munge, slurmd, slurmctld, slurm-client): converge, i
 idle in sinfo, a job step across all three, one MUNGE key everywhere. Two of the nodes call themselves something
 other than their inventory name (Slurm's NodeHostname). What this does not check: GPUs (there are none here; the
 Gres and gres.conf lines are unit-tested in tests/unit/plugins/plugin_utils/test_slurm_conf.py) and EL's packages (its
-paths and package names are rendered and unit-tested there)."""
+paths and package names are rendered and unit-tested there).
+
+Then train.yml -e scheduler=slurm on the same three nodes, with an inventory in the reverse of Slurm's node order:
+ranks in the inventory's order, a failing rank (bound: nothing of the job left within 10 s), status and stop of a
+detached job, two jobs in Slurm's queue, and the inputs refused before anything is submitted. Without GPUs, what
+keeps two jobs apart here is their CPUs (one per rank, all of a node's 2 at 2 ranks per node): the allocation
+Slurm made is shown, not GPUs."""
 
 import hashlib
+import os
+import re
+import shutil
 
 import pytest
+import yaml
 
 import testbed
-from harness import Cluster
+from bounds import report as report_bound
+from harness import REPO, Cluster
+from jobfaults import FAULTY, wait_for, wait_gone
 
 ARGS = ("-e", "slurm_enabled=true", "--tags", "slurm")
 
@@ -99,3 +111,215 @@ def test_one_munge_key_owner_only_on_every_node_and_never_printed(slurm_cluster,
         for run in slurm_runs.values():
             assert key.strip().decode() not in run.out
     assert len(set(keys.values())) == 1, keys
+
+
+# -- train.yml through Slurm ------------------------------------------------------------------------------------------
+
+CONTRACT = os.path.join(REPO, "tests", "cluster", "scripts", "contract_check.py")
+SLURM = ("-e", "scheduler=slurm", "-e", "nproc_per_node=2")
+
+
+def _inventory_with(slurm_cluster, name, hosts):
+    """A copy of the Slurm nodes' inventory whose gpu_nodes are `hosts` (name -> entry), in that order."""
+    with open(slurm_cluster.inventory) as handle:
+        data = yaml.safe_load(handle)
+    data["gpu_nodes"]["hosts"] = hosts
+    path = os.path.join(slurm_cluster.state, name)
+    with open(path, "w") as handle:
+        yaml.safe_dump(data, handle, sort_keys=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def slurm_train(slurm_cluster, slurm_runs, cluster):
+    """The Slurm nodes with a training Python, and an inventory that lists them in the reverse of Slurm's order."""
+    assert slurm_runs["converge"].rc == 0, slurm_runs["converge"].out[-3000:]
+    run = slurm_cluster.playbook("provision.yml", "--tags", "python_env")
+    assert run.rc == 0, run.out[-3000:]
+    with open(slurm_cluster.inventory) as handle:
+        hosts = yaml.safe_load(handle)["gpu_nodes"]["hosts"]
+    reverse = _inventory_with(slurm_cluster, "slurm-reverse.yml", dict(reversed(list(hosts.items()))))
+    return {"reverse": reverse, "hosts": hosts}
+
+
+def _slurm_job(slurm_cluster, job_id):
+    return slurm_cluster.node_exec("node7", "scontrol", "--oneliner", "show", "job", str(job_id)).stdout.decode()
+
+
+def _table_row(out, node):
+    found = re.search(r"^%s\s.*$" % node, out, re.M)
+    return found.group(0).split() if found else None
+
+
+def test_ranks_follow_the_inventory_not_slurm_s_node_table(slurm_cluster, slurm_train):
+    run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % CONTRACT, "-e", "job=sl-order", *SLURM,
+                                 inventory=slurm_train["reverse"])
+    assert run.rc == 0, run.out[-4000:]
+    assert re.search(r"Slurm job \d+ submitted for job sl-order", run.out), run.out[-3000:]
+    logs = {node: open(os.path.join(slurm_cluster.state, "logs", "sl-order", "%s.log" % node)).read()
+            for node in slurm_cluster.nodes}
+    # Inventory order node9, node8, node7: node_rank 0, 1, 2, whatever Slurm's own numbering (SLURM_NODEID).
+    for node_rank, node in enumerate(("node9", "node8", "node7")):
+        for rank in (2 * node_rank, 2 * node_rank + 1):
+            assert "ok rank %d of 6 on node %d" % (rank, node_rank) in logs[node], logs[node][-2000:]
+            nodeid = re.search(r"slurm job \d+ rank %d on %s nodeid (\d+)" % (rank, node), logs[node])
+            assert nodeid, logs[node][-2000:]
+            assert int(nodeid.group(1)) == 2 - node_rank  # Slurm's node table: node7, node8, node9
+        assert _table_row(run.out, node)[:3] == [node, str(node_rank), "succeeded"], run.out[-2000:]
+        assert "COMPLETED" in _table_row(run.out, node)
+    batch = slurm_cluster.node_exec("node7", "sh", "-c", "cat /root/.gpufleet/jobs/sl-order/slurm-*.out").stdout
+    assert re.search(rb"master port\(s\) \d+ on node9", batch), batch
+
+
+def test_a_failing_rank_fails_the_play_naming_it_and_slurm_records_the_job_failed(slurm_cluster, slurm_train):
+    job = "sl-fail"
+    run = slurm_cluster.start_playbook(
+        "train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
+        "-e", "script_args='--steps 400 --fail-rank 3 --fail-step 10'", log_name="%s.out" % job,
+        inventory=slurm_train["reverse"])
+    failed = wait_for(slurm_cluster, job, lambda: (lambda s: s if (s or {}).get("attempts") else None)(
+        slurm_cluster.view.job_state("node8", job)), what="node8's part ending", run=run, timeout=180)
+    fault_at = failed["attempts"][0]["first_exit_at"]
+    report_bound("Slurm: rank exit 1 -> nothing left on any node", wait_gone(slurm_cluster, job) - fault_at, 10)
+    done = run.finish()
+    assert done.rc != 0
+    assert "job sl-fail failed on node8 (node_rank 1): global rank 3 (local rank 1) exited with code 1" in done.out, \
+        done.out[-3000:]
+    job_id = failed["slurm_job_id"]
+    assert "JobState=FAILED" in wait_for(slurm_cluster, job, lambda: (lambda t: t if "JobState=FAILED" in t else None)(
+        _slurm_job(slurm_cluster, job_id)), what="Slurm recording job %s as failed" % job_id, timeout=60)
+    assert all(os.path.exists(os.path.join(slurm_cluster.state, "logs", job, "%s.log" % node))
+               for node in slurm_cluster.nodes)
+
+
+def test_status_shows_both_states_and_stop_cancels_a_detached_job(slurm_cluster, slurm_train):
+    job = "sl-detached"
+    run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
+                                 "-e", "script_args='--steps 400'", "-e", "wait=false")
+    assert run.rc == 0, run.out[-3000:]
+    job_id = re.search(r"Slurm job (\d+) submitted", run.out).group(1)
+    wait_for(slurm_cluster, job, lambda: all((slurm_cluster.view.job_state(node, job) or {}).get("state") == "running"
+                                             for node in slurm_cluster.nodes), what="every node's part running")
+    status = slurm_cluster.playbook("status.yml", "-e", "job=%s" % job)
+    assert status.rc == 0, status.out[-3000:]
+    for node in slurm_cluster.nodes:
+        row = _table_row(status.out, node)  # node, job, rank, state, ..., slurm (id, state), log
+        assert row[3] == "running" and row[-3:-1] == [job_id, "RUNNING"], status.out[-2000:]
+    stop = slurm_cluster.playbook("stop.yml", "-e", "job=%s" % job)
+    assert stop.rc == 0, stop.out[-3000:]
+    assert not slurm_cluster.view.processes(job), slurm_cluster.view.describe(job)
+    for node in slurm_cluster.nodes:
+        assert _table_row(stop.out, node)[2] == "stopped", stop.out[-2000:]
+    assert "JobState=CANCELLED" in _slurm_job(slurm_cluster, job_id)
+
+
+def test_a_second_job_waits_in_slurm_s_queue_then_runs(slurm_cluster, slurm_train):
+    first = slurm_cluster.start_playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=sl-first", *SLURM,
+                                         "-e", "script_args='--steps 60'", log_name="sl-first.out")
+    wait_for(slurm_cluster, "sl-first", lambda: all(
+        (slurm_cluster.view.job_state(node, "sl-first") or {}).get("state") == "running"
+        for node in slurm_cluster.nodes), what="the first job running on every node", run=first, timeout=120)
+    second = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=sl-second", *SLURM,
+                                    "-e", "script_args='--steps 8'")
+    done = first.finish()
+    assert done.rc == 0, done.out[-3000:]
+    assert second.rc == 0, second.out[-3000:]
+    assert re.search(r"Slurm job (\d+): pending \(Resources\)", second.out), second.out[-3000:]
+    assert re.search(r"Slurm job \d+ started", second.out), second.out[-3000:]
+    # The allocations Slurm made: every CPU of every node for each job, one after the other.
+    ids = {job: re.search(r"^node7 .* (\d+) COMPLETED", out, re.M).group(1)
+           for job, out in (("sl-first", done.out), ("sl-second", second.out))}
+    shown = {job: _slurm_job(slurm_cluster, job_id) for job, job_id in ids.items()}
+    print("the allocations Slurm made:\n%s" % "\n".join(shown.values()))
+    for text in shown.values():
+        assert "NodeList=node[7-9]" in text and "NumCPUs=6" in text, text
+    ended_first = re.search(r"EndTime=(\S+)", shown["sl-first"]).group(1)
+    started_second = re.search(r"StartTime=(\S+)", shown["sl-second"]).group(1)
+    assert started_second >= ended_first, (ended_first, started_second)
+
+
+def test_max_restarts_relaunches_the_gang_inside_the_slurm_step_on_a_port_chosen_at_start(slurm_cluster,
+                                                                                             slurm_train):
+    job = "sl-restart"
+    run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
+                                 "-e", "max_restarts=1",
+                                 "-e", "script_args='--steps 16 --fail-rank 3 --fail-step 6 --fail-attempt 1'")
+    assert run.rc == 0, run.out[-3000:]
+    for node in slurm_cluster.nodes:
+        row = _table_row(run.out, node)
+        assert row[2] == "succeeded" and row[4] == "2" and "COMPLETED" in row, row  # state, attempts, Slurm's
+    states = {node: slurm_cluster.view.job_state(node, job) for node in slurm_cluster.nodes}
+    first = {state["attempts"][0]["master_port"] for state in states.values()}
+    second = {state["attempts"][1]["master_port"] for state in states.values()}
+    # Both ports were chosen on node_rank 0 when Slurm started the job; the same on every node, the second fresh.
+    assert len(first) == 1 and len(second) == 1 and first != second, states
+    assert len({state["slurm_job_id"] for state in states.values()}) == 1
+
+
+def test_bad_slurm_inputs_are_refused_before_anything_is_submitted(slurm_cluster, slurm_train, cluster, provisioned):
+    assert provisioned["converge"].rc == 0  # node0, which Slurm does not know, has the training Python
+    script = ("-e", "script=%s" % CONTRACT)
+    outputs = {}
+    outputs["scheduler"] = slurm_cluster.playbook("train.yml", *script, "-e", "scheduler=pbs")
+    outputs["gpus"] = slurm_cluster.playbook("train.yml", *script, *SLURM, "-e", "gpus_per_node=1")
+    # A node Slurm does not know: the main cluster's node0, next to two of Slurm's.
+    known_hosts = os.path.join(slurm_cluster.state, "known_hosts-slurm-mixed")
+    with open(known_hosts, "w") as handle:
+        for path in (slurm_cluster.info["known_hosts"], cluster.info["known_hosts"]):
+            handle.write(open(path).read())
+    mixed = testbed.write_inventory(slurm_cluster.state, [7, 8, 0], slurm_cluster.info["key"], known_hosts, "",
+                                    name="slurm-mixed.yml")
+    outputs["unknown"] = slurm_cluster.playbook("train.yml", *script, *SLURM, inventory=mixed)
+    slurm_cluster.node_exec("node7", "systemctl", "stop", "slurmctld", check=True)
+    try:
+        outputs["down"] = slurm_cluster.playbook("train.yml", *script, *SLURM)
+    finally:
+        slurm_cluster.node_exec("node7", "systemctl", "start", "slurmctld", check=True)
+        wait_for(slurm_cluster, "-", lambda: slurm_cluster.node_exec("node7", "scontrol", "ping").returncode == 0,
+                 what="slurmctld answering again", timeout=60)
+    expected = {
+        "scheduler": "scheduler: 'pbs' is not one of ssh, slurm",
+        "gpus": "scheduler=slurm: gpus_per_node=1 is more than the 0 GPUs Slurm's Gres gives node7 (node node7, "
+                "Gres=(null))",
+        "unknown": "scheduler=slurm: node0 (address %s) is not one of Slurm's nodes (node7, node8, node9)"
+                   % cluster.addresses["node0"],
+        "down": "scheduler=slurm: slurmctld does not answer (scontrol on node7 said: slurm_load_node error: Unable "
+                "to contact slurm controller",
+    }
+    for name, text in expected.items():
+        run = outputs[name]
+        assert run.rc != 0 and text in run.out.replace("\n    ", " "), (name, run.out[-3000:])
+        assert all(counts["changed"] == 0 for counts in run.recap().values()), (name, run.recap())
+    # Nothing was submitted (the refused runs' job is named after the script).
+    assert slurm_cluster.node_exec("node7", "squeue", "--noheader", "--all", "--states=all",
+                                   "--name=contract_check").stdout == b""
+    shutil.rmtree(os.path.join(slurm_cluster.state, "logs", "contract_check"), ignore_errors=True)
+
+
+def test_the_exported_sbatch_script_trains_under_plain_sbatch(slurm_cluster, slurm_train):
+    """export.yml's sbatch script, submitted with Slurm's own sbatch on node7, not through gpufleet: the example
+    training across the three nodes, two ranks each. The interface setting comes from the inventory's
+    nccl_env_socket_ifname, as on a cluster whose hostnames resolve to 127.0.1.1 (these nodes' do)."""
+    script = os.path.join(slurm_cluster.state, "sl-export.sbatch")
+    run = slurm_cluster.playbook("export.yml", "-e", "script=train.py", "-e", "format=sbatch", "-e", "job=sl-export",
+                                 "-e", "nproc_per_node=2", "-e", "nccl_env_socket_ifname=eth0",
+                                 "-e", "dest=%s" % script)
+    assert run.rc == 0, run.out[-3000:]
+    for node in slurm_cluster.nodes:  # the script at the same path on every node, as on shared storage
+        slurm_cluster.node_exec(node, "mkdir", "-p", "/root/export", check=True)
+        testbed.podman("cp", os.path.join(REPO, "examples", "train.py"), "%s%s:/root/export/train.py"
+                       % (testbed.PREFIX, node))
+    testbed.podman("cp", script, "%snode7:/root/export/sl-export.sbatch" % testbed.PREFIX)
+    done = slurm_cluster.node_exec("node7", "sh", "-c", "cd /root/export && sbatch --parsable --wait sl-export.sbatch")
+    job_id = done.stdout.decode().strip().split(";")[0]
+    # One output file per node, named by Slurm's %N: the name the node calls itself (head-a07, gpu-b08, node9).
+    outputs = {node: slurm_cluster.node_exec(node, "sh", "-c", "cat /root/export/sl-export-%s-$(hostname -s).out"
+                                             % job_id).stdout.decode() for node in slurm_cluster.nodes}
+    batch = slurm_cluster.node_exec("node7", "cat", "/root/export/sl-export-%s.out" % job_id).stdout.decode()
+    assert done.returncode == 0, (done.stderr.decode(), batch, outputs)
+    assert "JobState=COMPLETED" in _slurm_job(slurm_cluster, job_id)
+    ranks = {node: sorted(int(found) for found in re.findall(r"rank (\d+) of world size 6 on", text))
+             for node, text in outputs.items()}
+    # Two ranks on each node, in Slurm's order of the allocation (node7, node8, node9).
+    assert ranks == {"node7": [0, 1], "node8": [2, 3], "node9": [4, 5]}, outputs
+    assert "rendezvous %s:" % slurm_cluster.addresses["node7"] in batch, batch

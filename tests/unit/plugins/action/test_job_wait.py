@@ -138,4 +138,4 @@ def test_progress_says_slurm_s_queue_state_as_it_changes_then_the_start(tmp_path
     wait, said = gang_wait(tmp_path, node, progress=True, progress_s=0)
     wait.run(tail=0)
     assert [line.split("] ", 1)[1] for line in said] == [
-        "Slurm job 7: pending", "Slurm job 7: pending (Resources)", "Slurm job 7 started on node[7-9]", "epoch 1"]
+        "Slurm job 7: pending", "Slurm job 7: pending (Resources)", "Slurm job 7 started", "epoch 1"]
