@@ -113,6 +113,11 @@ def allocation(answer: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], as
     return result
 
 
+def sbatch_head(options: Sequence[str]) -> str:
+    """A batch script's first lines: the interpreter, then one ``#SBATCH`` line per option, shell-quoted."""
+    return "#!/bin/bash\n" + "".join("#SBATCH %s\n" % shlex.quote(option) for option in options)
+
+
 def batch_script(plan: Mapping[str, Any], job_dir: str, slurm_nodes: Sequence[str], cpus_per_node: int,
                  gpus_per_node: int, master_port: int | None = None) -> str:
     """The sbatch script of the job (``plan`` is job_plan's: job, run_id, max_restarts); ``slurm_nodes`` are
@@ -143,8 +148,7 @@ def batch_script(plan: Mapping[str, Any], job_dir: str, slurm_nodes: Sequence[st
     else:
         choose = "ports=%d\n" % master_port
     return (
-        "#!/bin/bash\n"
-        + "".join("#SBATCH %s\n" % shlex.quote(option) for option in options)
+        sbatch_head(options)
         + "# Written by gpufleet (train.yml -e scheduler=slurm): job {job}, run {run_id}.\n"
         "# Every node's part runs from its own job folder, prepared before the job was released: its slurm_task.sh\n"
         "# starts that node's supervisor with the node's rank in the inventory's order ({order}), whatever order\n"
