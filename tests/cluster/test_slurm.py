@@ -192,6 +192,18 @@ def test_a_failing_rank_fails_the_play_naming_it_and_slurm_records_the_job_faile
                for node in slurm_cluster.nodes)
 
 
+def test_check_mode_submits_nothing_and_writes_no_job_folder(slurm_cluster, slurm_train):
+    job = "sl-check"
+    run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
+                                 "--check", "--diff")
+    assert run.rc == 0, run.out[-3000:]
+    assert "--nnodes=3" in run.out and "--node-rank=2" in run.out  # the launch's diff, per node
+    assert slurm_cluster.node_exec("node7", "squeue", "--noheader", "--all", "--states=all",
+                                   "--name=%s" % job).stdout == b""
+    for node in slurm_cluster.nodes:
+        assert slurm_cluster.node_exec(node, "test", "-e", "/root/.gpufleet/jobs/%s" % job).returncode != 0
+
+
 def test_status_shows_both_states_and_stop_cancels_a_detached_job(slurm_cluster, slurm_train):
     job = "sl-detached"
     run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
