@@ -13,7 +13,6 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers, slurm_jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, plan
 
@@ -82,10 +81,9 @@ def scheduler(value: Any, chosen_launcher: str) -> str:
     chosen = value or "ssh"
     if chosen not in slurm_jobs.SCHEDULERS:
         raise plan.PlanError("scheduler: %r is not one of %s" % (chosen, ", ".join(slurm_jobs.SCHEDULERS)))
-    if chosen == "slurm" and chosen_launcher in SINGLE_ENTRY:
-        raise plan.PlanError("launcher: %s is not supported with scheduler=slurm (node 0's %s would start the other "
-                             "nodes' ranks outside Slurm's job step); use torchrun, deepspeed or none"
-                             % (chosen_launcher, chosen_launcher))
+    problem = slurm_jobs.launcher_problem(chosen_launcher) if chosen == "slurm" else ""
+    if problem:
+        raise plan.PlanError(problem)
     return str(chosen)
 
 
@@ -137,6 +135,7 @@ class ActionModule(ActionBase):
         wait = plan.parse_bool(args.get("wait", True), "wait")
         # Only the names of the secret variables come here: their values never pass through a registered result.
         plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
+        chosen_launcher = launcher(args.get("launcher"))
         return {
             "job": job,
             "run_id": run_id,
@@ -152,8 +151,8 @@ class ActionModule(ActionBase):
             "hang_timeout": hang_timeout(args.get("hang_timeout")),
             "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                     minimum=0, maximum=100),
-            "launcher": launcher(args.get("launcher")),
-            "scheduler": scheduler(args.get("scheduler"), launcher(args.get("launcher"))),
+            "launcher": chosen_launcher,
+            "scheduler": scheduler(args.get("scheduler"), chosen_launcher),
             "gpus_per_node": plan.parse_positive_int(args.get("gpus_per_node"), "gpus_per_node", minimum=0,
                                                      maximum=64),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.

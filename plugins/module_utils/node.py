@@ -2,70 +2,19 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Read-only facts about a node that a launch depends on: the training Python, free ports, environment files.
+"""Read-only facts about a node that a launch depends on: the training Python, environment files (its free ports:
+free_ports.py).
 
 GPUs are counted by nvidia_node.nvidia_smi_gpus, the one reader of nvidia-smi's GPU list."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterable
-
-PORT_RANGE = (29500, 29999)
-
-
-def port_in_use(port: int, host: str = "") -> bool:
-    """True when a TCP listener could not bind port on host (all addresses by default)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise
-    return False
-
-
-def pick_free_port(
-    candidates: Iterable[int] | None = None,
-    in_use: Callable[[int], bool] = port_in_use,
-    rng: random.Random | None = None,
-) -> int:
-    """A port of the torchrun range that nothing listens on, tried in random order.
-
-    Random order keeps two jobs launched at the same moment from picking the
-    same port before either has bound it.
-    """
-    ports = list(candidates if candidates is not None else range(PORT_RANGE[0], PORT_RANGE[1] + 1))
-    (rng or random.Random()).shuffle(ports)
-    for port in ports:
-        if not in_use(port):
-            return port
-    raise RuntimeError("no free TCP port in %d-%d" % (min(ports), max(ports)) if ports else "no candidate ports")
-
-
-def pick_free_ports(
-    count: int,
-    exclude: Iterable[int | None] = (),
-    in_use: Callable[[int], bool] = port_in_use,
-    rng: random.Random | None = None,
-) -> list[int]:
-    """count different free ports of the torchrun range, none of them in exclude."""
-    picked: list[int] = []
-    skip = {port for port in exclude if port is not None}
-    for _index in range(count):
-        candidates = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in skip and p not in picked]
-        picked.append(pick_free_port(candidates, in_use, rng))
-    return picked
-
 
 # Run by the training Python: finds torch, DeepSpeed and Horovod without importing them (seconds, not minutes),
 # and reads torch's version from its installed metadata.

@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, JobState
 
 SCHEDULERS = ("ssh", "slurm")
 TASK_FILE = "slurm_task.sh"
@@ -36,6 +36,14 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"
 GONE = "GONE"
 UNKNOWN = "UNKNOWN"
 _PAIR_RE = re.compile(r"(?:^|\s)(JobId|JobState|Reason|NodeList|ExitCode|BatchHost)=(\S*)")
+
+
+def launcher_problem(launcher: str) -> str:
+    """Why a launcher cannot run under Slurm ('' when it can): the job's plan and the launch module both ask."""
+    if launcher in SINGLE_ENTRY:
+        return ("launcher: %s is not supported with scheduler=slurm (node 0's %s would start the other nodes' ranks "
+                "outside Slurm's job step); use torchrun, deepspeed or none" % (launcher, launcher))
+    return ""
 
 
 def parse_job(text: str) -> dict[str, str]:

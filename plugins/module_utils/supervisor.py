@@ -40,14 +40,13 @@ token: never by name or pattern. Standard library only, Python 3.8+.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
+from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     _set_parent_death_signal,
@@ -501,27 +500,14 @@ class Supervisor:
             handle.write("%d\n" % exit_code)
 
 
-def pick_ports(count: int, first: int = 29500, last: int = 29999) -> list[int]:
-    """count different free TCP ports of torchrun's range, in random order (two jobs starting at once rarely
-    try the same one first); each is bound for a moment to see that it is free."""
-    candidates = list(range(first, last + 1))
-    random.shuffle(candidates)
-    picked: list[int] = []
-    for port in candidates:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-        picked.append(port)
-        if len(picked) == count:
-            return picked
-    raise SystemExit("gpufleet supervisor: fewer than %d free TCP ports in %d-%d" % (count, first, last))
-
-
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--pick-ports":
-        sys.stdout.write(",".join(str(port) for port in pick_ports(int(argv[2]))) + "\n")
+        try:
+            picked = pick_free_ports(int(argv[2]))
+        except RuntimeError as exc:
+            sys.stderr.write("gpufleet supervisor: %s\n" % exc)
+            return 1
+        sys.stdout.write(",".join(str(port) for port in picked) + "\n")
         return 0
     if len(argv) != 2:
         sys.stderr.write("usage: supervisor.py JOB_DIR | supervisor.py --pick-ports N\n")

@@ -281,7 +281,14 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes, jobs, launchers, nvidia_node, supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils import (
+    job_processes,
+    jobs,
+    launchers,
+    nvidia_node,
+    slurm_jobs,
+    supervisor_bundle,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, Defaults
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
@@ -355,9 +362,9 @@ def validate(module: AnsibleModule, params: dict) -> None:
         if not params["slurm_node"] or not params["slurm_job_id"].isdigit():
             module.fail_json(msg="scheduler: slurm needs slurm_node (got %r) and a numeric slurm_job_id (got %r)"
                              % (params["slurm_node"], params["slurm_job_id"]))
-        if params["launcher"] in SINGLE_ENTRY:
-            module.fail_json(msg="launcher: %s is not supported with scheduler=slurm (its ranks would start outside "
-                             "Slurm's step); use torchrun, deepspeed or none" % params["launcher"])
+        problem = slurm_jobs.launcher_problem(params["launcher"])
+        if problem:
+            module.fail_json(msg=problem)
     if params["iface"] and not IFACE_RE.match(params["iface"]):
         module.fail_json(msg="iface: %r is not a network interface name" % params["iface"])
     nodes = params["nodes"] or []
@@ -416,7 +423,7 @@ def main() -> None:
                          "choices": list(launchers.LAUNCHERS)},
             "slots": {"type": "list", "elements": "int", "default": []},
             "start_timeout_s": {"type": "float", "default": 15},
-            "scheduler": {"type": "str", "default": "ssh", "choices": ["ssh", "slurm"]},
+            "scheduler": {"type": "str", "default": "ssh", "choices": list(slurm_jobs.SCHEDULERS)},
             "slurm_node": {"type": "str", "default": ""},
             "slurm_job_id": {"type": "str", "default": ""},
         },

@@ -129,7 +129,7 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import free_ports, jobs, netinfo, node, nvidia_node
 
 
 def main() -> None:
@@ -163,17 +163,17 @@ def main() -> None:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:
         try:
-            result["free_port"] = node.pick_free_port()
+            result["free_port"] = free_ports.pick_free_port()
         except RuntimeError as exc:
             module.fail_json(msg=str(exc), **result)
     if params["extra_ports"] > 0:
         taken = {result.get("free_port"), params["check_port"]}
         try:
-            result["free_ports"] = node.pick_free_ports(params["extra_ports"], exclude=taken)
+            result["free_ports"] = free_ports.pick_free_ports(params["extra_ports"], exclude=taken)
         except RuntimeError as exc:
             module.fail_json(msg=str(exc), **result)
     if params["check_port"] is not None:
-        result["port_in_use"] = node.port_in_use(params["check_port"])
+        result["port_in_use"] = free_ports.port_in_use(params["check_port"])
     module.exit_json(**result)
 
 

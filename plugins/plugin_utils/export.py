@@ -76,7 +76,7 @@ def check(job: ExportJob, fmt: str) -> None:
 # -- sbatch ---------------------------------------------------------------------------------------------------------
 
 def _rank_command(job: ExportJob) -> str:
-    args = " ".join(shlex.quote(arg) for arg in (job.script, *job.script_args))
+    args = shlex.join((job.script, *job.script_args))
     if job.launcher == "none":
         return 'exec "$PYTHON" %s' % args
     return ('exec "$PYTHON" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=%d '
@@ -167,7 +167,7 @@ def _metadata(job: ExportJob, written_for: str) -> dict[str, Any]:
 
 def _torch_shell(job: ExportJob, nnodes: str, node_rank: str, addr: str, port: str) -> list[str]:
     """The container's command: the MLP_* contract from the operator's variables, then torchrun (or the script)."""
-    args = " ".join(shlex.quote(arg) for arg in (job.script, *job.script_args))
+    args = shlex.join((job.script, *job.script_args))
     run = ("exec python %s" % args if job.launcher == "none" else
            "exec torchrun --nnodes=%s --nproc-per-node=%d --node-rank=%s --master-addr=%s --master-port=%s %s"
            % (nnodes, job.nproc_per_node, node_rank, addr, port, args))
@@ -225,7 +225,7 @@ def pytorchjob(job: ExportJob) -> dict[str, Any]:
 def mpijob(job: ExportJob) -> dict[str, Any]:
     world = job.nnodes * job.nproc_per_node
     forwarded = [name for name, _value in job.env] + list(_contract(job)) + list(job.secret_names)
-    args = " ".join(shlex.quote(arg) for arg in (job.script, *job.script_args))
+    args = shlex.join((job.script, *job.script_args))
     launch = ("exec mpirun -np %d --bind-to none --map-by slot %s python %s"
               % (world, " ".join("-x %s" % name for name in forwarded), args))
     if job.launcher == "horovodrun":

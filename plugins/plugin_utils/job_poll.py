@@ -38,17 +38,21 @@ def node_path(jobs_dir: str, job: str) -> str:
 
 
 def poll_command(jobs_dir: str, job: str) -> str:
-    """The POSIX shell command whose output parse() reads; it changes nothing and always exits 0."""
-    slurm = ("sid=$(sed -n 's/^ *\"slurm_job_id\": *\"\\([0-9_]*\\)\".*/\\1/p' {state} 2>/dev/null); "
-             "if [ -n \"$sid\" ] && grep -q '\"state\": \"queued\"' {state} 2>/dev/null; then "
-             "printf '{mark}slurm\\n'; scontrol --oneliner show job \"$sid\" 2>&1; fi; ")
+    """The POSIX shell command whose output parse() reads; it changes nothing and always exits 0.
+
+    One sed reads from state.json what the command needs: the supervisor's PID, and, for a part queued for Slurm,
+    its Slurm job id (each value only digits, so the assignments it prints are safe to eval)."""
     return (
         "cd {dir} 2>/dev/null || exit 0; "
         "printf '{mark}spec\\n'; cat {spec} 2>/dev/null; "
         "printf '{mark}state\\n'; cat {state} 2>/dev/null; "
-        "pid=$(sed -n 's/^ *\"supervisor_pid\": *\\([0-9][0-9]*\\).*/\\1/p' {state} 2>/dev/null); "
+        "pid= sid= queued=; eval \"$(sed -n -e 's/^ *\"supervisor_pid\": *\\([0-9][0-9]*\\).*/pid=\\1/p' "
+        "-e 's/^ *\"slurm_job_id\": *\"\\([0-9_]*\\)\".*/sid=\\1/p' "
+        "-e 's/^ *\"state\": *\"queued\".*/queued=1/p' {state} 2>/dev/null)\"; "
         "printf '{mark}stat\\n'; [ -n \"$pid\" ] && cat /proc/$pid/stat 2>/dev/null; "
-        "printf '{mark}log\\n'; tail -c {log_bytes} {log} 2>/dev/null; " + slurm + "exit 0"
+        "printf '{mark}log\\n'; tail -c {log_bytes} {log} 2>/dev/null; "
+        "if [ -n \"$sid\" ] && [ -n \"$queued\" ]; then "
+        "printf '{mark}slurm\\n'; scontrol --oneliner show job \"$sid\" 2>&1; fi; exit 0"
     ).format(dir=node_path(jobs_dir, job), mark=MARK.replace("\n", "\\n"), spec=SPEC_FILE, state=STATE_FILE,
              log=LOG_FILE, log_bytes=LOG_BYTES)
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import free_ports, node
 
 def fake_run(stdout, returncode=0):
     def run(cmd, **_kwargs):
@@ -17,19 +17,19 @@ def fake_run(stdout, returncode=0):
 
 def test_free_port_skips_ports_in_use_and_stays_in_range():
     busy = {29500, 29501, 29502}
-    port = node.pick_free_port(range(29500, 29504), in_use=lambda p: p in busy, rng=random.Random(1))
+    port = free_ports.pick_free_port(range(29500, 29504), in_use=lambda p: p in busy, rng=random.Random(1))
     assert port == 29503
 
 
 def test_free_port_is_random_among_free_ones():
-    picks = {node.pick_free_port(range(29500, 29600), in_use=lambda p: False, rng=random.Random(seed))
+    picks = {free_ports.pick_free_port(range(29500, 29600), in_use=lambda p: False, rng=random.Random(seed))
              for seed in range(20)}
     assert len(picks) > 5 and all(29500 <= p < 29600 for p in picks)
 
 
 def test_no_free_port_is_an_error():
     with pytest.raises(RuntimeError, match="no free TCP port in 29500-29501"):
-        node.pick_free_port([29500, 29501], in_use=lambda p: True)
+        free_ports.pick_free_port([29500, 29501], in_use=lambda p: True)
 
 
 def test_port_in_use_sees_a_real_listener():
@@ -37,8 +37,8 @@ def test_port_in_use_sees_a_real_listener():
         listener.bind(("", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        assert node.port_in_use(port) is True
-    assert node.port_in_use(port) is False
+        assert free_ports.port_in_use(port) is True
+    assert free_ports.port_in_use(port) is False
 
 
 def test_python_info_of_this_interpreter():
@@ -76,10 +76,10 @@ def test_python_info_of_a_missing_interpreter():
 
 def test_pick_free_ports_are_distinct_free_and_not_excluded():
     taken = {29500, 29501}
-    ports = node.pick_free_ports(5, exclude=[29502, None], in_use=lambda p: p in taken, rng=random.Random(3))
+    ports = free_ports.pick_free_ports(5, exclude=[29502, None], in_use=lambda p: p in taken, rng=random.Random(3))
     assert len(set(ports)) == 5
     assert not set(ports) & {29500, 29501, 29502}
-    assert node.pick_free_ports(0) == []
+    assert free_ports.pick_free_ports(0) == []
 
 
 def test_launcher_missing_names_what_the_node_lacks():
