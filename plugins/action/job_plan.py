@@ -12,9 +12,9 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launchers, slurm_jobs
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, container_images, plan
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -136,6 +136,13 @@ class ActionModule(ActionBase):
         # Only the names of the secret variables come here: their values never pass through a registered result.
         plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
         chosen_launcher = launcher(args.get("launcher"))
+        chosen_scheduler = scheduler(args.get("scheduler"), chosen_launcher)
+        container = container_images.plan_container(
+            args.get("container_image"), args.get("container_image_archive"), args.get("container_engine"),
+            args.get("container_pull"))
+        problem = containers.mode_problem(chosen_launcher, chosen_scheduler) if container else ""
+        if problem:
+            raise plan.PlanError(problem)
         return {
             "job": job,
             "run_id": run_id,
@@ -152,7 +159,9 @@ class ActionModule(ActionBase):
             "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                     minimum=0, maximum=100),
             "launcher": chosen_launcher,
-            "scheduler": scheduler(args.get("scheduler"), chosen_launcher),
+            "scheduler": chosen_scheduler,
+            # The container image every node's part runs in (container_images.plan_container), or None.
+            "container": container,
             "gpus_per_node": plan.parse_positive_int(args.get("gpus_per_node"), "gpus_per_node", minimum=0,
                                                      maximum=64),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.

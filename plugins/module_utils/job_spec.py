@@ -61,6 +61,17 @@ class JobSpec:
     scheduler: str = "ssh"
     slurm_node: str = ""
     slurm_job_id: str = ""
+    # With a container image (module_utils/containers.py): the engine (docker, podman), the image as the user named
+    # it and its ID (which every node holds; the container runs the ID, so a tag moved meanwhile changes nothing),
+    # whether it gets the node's GPUs, and the user's volumes, ulimits and engine arguments. The container's name
+    # comes from the run (containers.container_name).
+    container_engine: str = ""
+    container_image: str = ""
+    container_image_id: str = ""
+    container_gpus: bool = False
+    container_volumes: tuple[str, ...] = ()
+    container_ulimits: tuple[str, ...] = ()
+    container_run_args: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -70,4 +81,6 @@ class JobSpec:
         data["nodes"] = [list(node) for node in self.nodes]
         data["restart_ports"] = list(self.restart_ports)
         data["slots"] = list(self.slots)
+        for name in ("container_volumes", "container_ulimits", "container_run_args"):
+            data[name] = list(getattr(self, name))
         return data

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, job_logs, launchers, slurm_jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     end_run,
     read_json,
@@ -310,7 +310,9 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     spec = read_spec(path) or {}
     token = run_token(spec) if spec.get("run_id") is not None else None
     leftovers = run_processes(token) if token else []
-    if not is_running(current) and not leftovers:
+    # A container of the job's that outlived its supervisor (any run of this folder) is removed by this stop.
+    boxes = containers.container_leftovers(spec, path)
+    if not is_running(current) and not leftovers and not boxes:
         result.update(state=current["state"], remaining=[])
         return result
     result["changed"] = True
@@ -329,6 +331,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
     grace = float(spec.get("grace_s", Defaults.GRACE_S))
+    if spec.get("container_engine"):
+        result["containers_removed"] = containers.remove_container_leftovers(spec, path)
     killed = end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == JobState.LOST:
@@ -337,7 +341,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
         state.update(state="stopped", stop_reason=reason, ended_at=time.time())
         write_json_atomic(os.path.join(path, STATE_FILE), state)
         final = status(path)
-    result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [])
+    result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [],
+                  containers_remaining=containers.container_leftovers(spec, path))
     return result
 
 

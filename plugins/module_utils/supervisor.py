@@ -46,6 +46,11 @@ import sys
 import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
+from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
+    begin_container_stop,
+    container_of,
+    remove_container,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
@@ -121,6 +126,8 @@ class Supervisor:
         self.attempt_started = time.monotonic()
         # While a run stops: when its last rank was first seen gone (an agent launcher is then left alone).
         self.ranks_gone_at: float | None = None
+        # With a container image: the engine's stop of this attempt's container, while it runs.
+        self.engine_stop: subprocess.Popen | None = None
         self.state: dict = {
             "job": spec.get("job"),
             "run_id": self.run_id,
@@ -133,6 +140,9 @@ class Supervisor:
             "max_restarts": self.max_restarts,
             "attempts": [],
         }
+        if spec.get("container_engine"):
+            self.state.update(container=container_of(spec), image=spec.get("container_image"),
+                              image_id=spec.get("container_image_id"))
         if spec.get("scheduler") == "slurm":
             self.state.update(slurm_job_id=os.environ.get("SLURM_JOB_ID"),
                               slurm_step_id=os.environ.get("SLURM_STEP_ID"),
@@ -352,7 +362,7 @@ class Supervisor:
                 if stopping is not None:
                     stopping_since = time.monotonic()
                     self._begin_stop(stopping)
-                    terminate(self.token)
+                    self._terminate()
             elif not killed and self._grace_over(stopping_since):
                 signal_run(self.token, signal.SIGKILL)
                 killed = True
@@ -360,6 +370,12 @@ class Supervisor:
         if self.first_exit_at is None or child.pid in self.watched:
             self._exited(child.pid)
         self._unwatch()
+        if self.spec.get("container_engine"):
+            # The engine's client is gone; the container, if anything of it is left, goes through the engine.
+            remove_container(self.spec)
+            if self.engine_stop is not None:
+                self.engine_stop.wait()
+                self.engine_stop = None
         # The launcher is gone; whatever of the run outlived it is ended now.
         end_run(self.token, min(self.grace_s, 5.0))
         outcome = {
@@ -374,6 +390,15 @@ class Supervisor:
         if stopping is not None:
             outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
         return outcome
+
+    def _terminate(self) -> None:
+        """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes
+        it on, SIGKILL after the grace period), or SIGTERM to the run's processes."""
+        if self.spec.get("container_engine"):
+            self.engine_stop = begin_container_stop(self.spec)
+            if self.engine_stop is not None:
+                return
+        terminate(self.token)
 
     def _grace_over(self, stopping_since: float) -> bool:
         """Whether what is left of a stopping run is SIGKILLed now: at the end of the grace period, or, with an

@@ -16,6 +16,7 @@ import ast
 import inspect
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (
+    containers,
     free_ports,
     gang,
     job_processes,
@@ -23,7 +24,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     supervisor,
 )
 
-PARTS = (job_states, job_processes, free_ports, gang, supervisor)
+PARTS = (job_states, job_processes, free_ports, containers, gang, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

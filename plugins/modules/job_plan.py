@@ -94,6 +94,29 @@ options:
       - With O(scheduler=slurm), the GPUs to ask Slurm for on each node (C(--gres=gpu:N)); unset, the node's ranks
         on a node with GPUs, none on a node without.
     type: raw
+  container_image:
+    description:
+      - Run every node's part inside this image (e.g. C(nvcr.io/nvidia/pytorch:25.10-py3)); every node must hold
+        the same image ID before anything is launched. With O(container_image_archive), one of the archive's tags
+        (or unset, the archive's first tag).
+    type: str
+    default: ""
+  container_image_archive:
+    description:
+      - A C(docker save)/C(podman save) archive of one image on the controller, for nodes that cannot reach a
+        registry; it is copied to and loaded on the nodes that do not hold its image yet.
+    type: str
+    default: ""
+  container_engine:
+    description: The nodes' container engine.
+    type: str
+    default: docker
+  container_pull:
+    description:
+      - When the nodes pull O(container_image) (without an archive) - C(missing) (where a node does not hold it),
+        C(always), or C(never).
+    type: str
+    default: missing
 seealso:
   - module: gpufleet.cluster.launch
 """

@@ -206,6 +206,45 @@ options:
     description: With O(scheduler=slurm), the id of the (held) Slurm job that will run the job.
     type: str
     default: ""
+  container_engine:
+    description:
+      - Run this node's part inside one container of O(container_image_id) with this engine (C(docker) or
+        C(podman), or a path to one); empty runs it on the host.
+      - The container gets the host network and IPC namespace, the O(container_ulimits), the GPUs with
+        O(container_gpus), the InfiniBand devices where C(/dev/infiniband) exists, the job folder, the working
+        directory and the environment files mounted at the same paths, and a label with the run token. Only the run's
+        own variables are passed, by name; the job's environment and secrets are sourced from the job folder inside
+        the container, so none of their values is in the container's configuration.
+      - The supervisor ends the container through the engine (C(stop), then C(rm --force)), never by process name.
+    type: str
+    default: ""
+  container_image:
+    description: The image as the user named it (shown by status); the container runs O(container_image_id).
+    type: str
+    default: ""
+  container_image_id:
+    description: The ID of the image every node holds (C(docker image inspect --format '{{.Id}}')).
+    type: str
+    default: ""
+  container_gpus:
+    description: Give the container every GPU of the node (CDI C(nvidia.com/gpu=all) with Podman, C(--gpus all) with Docker).
+    type: bool
+    default: false
+  container_volumes:
+    description: More C(--volume) arguments, C(host:container[:options]).
+    type: list
+    elements: str
+    default: []
+  container_ulimits:
+    description: The container's C(--ulimit) arguments; empty is unlimited locked memory and a 64 MiB stack.
+    type: list
+    elements: str
+    default: []
+  container_run_args:
+    description: More arguments of the engine's C(run), before the image; never secrets, which would show in the container's configuration.
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: gpufleet.cluster.job_status
   - module: gpufleet.cluster.job_stop
@@ -282,6 +321,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (
+    containers,
     job_processes,
     jobs,
     launchers,
@@ -340,6 +380,13 @@ def build_spec(params: dict) -> JobSpec:
         scheduler=params["scheduler"],
         slurm_node=params["slurm_node"],
         slurm_job_id=params["slurm_job_id"],
+        container_engine=params["container_engine"],
+        container_image=params["container_image"],
+        container_image_id=params["container_image_id"],
+        container_gpus=params["container_gpus"],
+        container_volumes=tuple(params["container_volumes"]),
+        container_ulimits=tuple(params["container_ulimits"]),
+        container_run_args=tuple(params["container_run_args"]),
     )
 
 
@@ -365,6 +412,9 @@ def validate(module: AnsibleModule, params: dict) -> None:
         problem = slurm_jobs.launcher_problem(params["launcher"])
         if problem:
             module.fail_json(msg=problem)
+    problem = containers.launch_problem(params)
+    if problem:
+        module.fail_json(msg=problem)
     if params["iface"] and not IFACE_RE.match(params["iface"]):
         module.fail_json(msg="iface: %r is not a network interface name" % params["iface"])
     nodes = params["nodes"] or []
@@ -426,6 +476,13 @@ def main() -> None:
             "scheduler": {"type": "str", "default": "ssh", "choices": list(slurm_jobs.SCHEDULERS)},
             "slurm_node": {"type": "str", "default": ""},
             "slurm_job_id": {"type": "str", "default": ""},
+            "container_engine": {"type": "str", "default": ""},
+            "container_image": {"type": "str", "default": ""},
+            "container_image_id": {"type": "str", "default": ""},
+            "container_gpus": {"type": "bool", "default": False},
+            "container_volumes": {"type": "list", "elements": "str", "default": []},
+            "container_ulimits": {"type": "list", "elements": "str", "default": []},
+            "container_run_args": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

@@ -51,6 +51,14 @@ options:
     type: list
     elements: path
     default: []
+  container_engine:
+    description: Look for this container engine (C(docker) or C(podman)) and the image ID it holds for O(container_image).
+    type: str
+    default: ""
+  container_image:
+    description: The image (a reference or an ID) to look up with O(container_engine).
+    type: str
+    default: ""
   extra_ports:
     description: Pick this many more free TCP ports, different from each other and from RV(free_port) (the relaunch ports of O(job)).
     type: int
@@ -120,6 +128,13 @@ env_file_names:
   type: list
   elements: str
   sample: [GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME]
+container:
+  description:
+    - With O(container_engine), the engine's C(path) on the node (empty when it is not there), the C(image_id) it
+      holds for O(container_image) (empty when none) and an C(error) when the engine did not answer.
+  returned: when O(container_engine) is given
+  type: dict
+  sample: {"engine": "podman", "path": "/usr/bin/podman", "image": "localhost/train:1", "image_id": "4c0f...", "error": ""}
 port_in_use:
   description: Whether O(check_port) is taken.
   returned: when O(check_port) is given
@@ -144,6 +159,8 @@ def main() -> None:
             "launcher": {"type": "str", "default": "torchrun"},
             "address": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
+            "container_engine": {"type": "str", "default": ""},
+            "container_image": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -159,6 +176,8 @@ def main() -> None:
     result["hostname_address"] = netinfo.hostname_address()
     result["env_file_names"] = node.env_file_names(params["env_files"])
     result["launcher_missing"] = node.launcher_missing(params["launcher"], result["python"])
+    if params["container_engine"]:
+        result["container"] = node.container_facts(params["container_engine"], params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:

@@ -16,6 +16,8 @@ COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit",
 JOB_COLUMN = ("job", "job")
 # Shown for jobs run by Slurm (scheduler=slurm): Slurm's id and state of the job, next to gpufleet's state.
 SLURM_COLUMN = ("slurm", "slurm")
+# Shown for jobs run in a container image: the image (and the first 12 digits of its ID) and the container's name.
+CONTAINER_COLUMNS = (("image", "image"), ("container", "container"))
 
 
 def _slurm(result: Mapping[str, Any]) -> str:
@@ -24,6 +26,13 @@ def _slurm(result: Mapping[str, Any]) -> str:
         return "-"
     job_id = slurm.get("job_id") or result.get("slurm_job_id") or "?"
     return "%s %s" % (job_id, slurm.get("state", "?"))
+
+
+def _image(result: Mapping[str, Any]) -> str:
+    if not result.get("container"):
+        return "-"
+    image_id = str(result.get("image_id") or "")
+    return "%s (%s)" % (result.get("image") or "-", image_id[:12]) if image_id else str(result.get("image") or "-")
 
 
 def _duration(value: Any) -> str:
@@ -65,6 +74,8 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
                 "duration": _duration(result.get("duration_s")),
                 "log": str(result.get("log") or result.get("log_path") or "-"),
                 "slurm": _slurm(result),
+                "image": _image(result),
+                "container": str(result.get("container") or "-"),
             }
         )
     return rows
@@ -76,6 +87,8 @@ def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -
     rows = table_rows(results)
     if any(row["slurm"] != "-" for row in rows):
         columns = columns[:-1] + (SLURM_COLUMN,) + columns[-1:]
+    if any(row["container"] != "-" for row in rows):
+        columns = columns[:-1] + CONTAINER_COLUMNS + columns[-1:]
     widths = {key: len(title) for title, key in columns}
     for row in rows:
         for _title, key in columns:
@@ -117,6 +130,13 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     return min(failed, key=lambda r: (when(r), r.get("node_rank", 0)))
 
 
+def _launcher(result: Mapping[str, Any]) -> str:
+    """What ran the node's part: its container (with a container image), else the launcher."""
+    if result.get("container"):
+        return "container %s (image %s)" % (result["container"], result.get("image") or result.get("image_id"))
+    return "the launcher"
+
+
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
     """What went wrong, naming the host, its node_rank and the exit code, with the end of its log."""
     if any(r.get("interrupted") for r in results):
@@ -143,9 +163,12 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
         if root.get("error") and not root.get("signal"):
             parts.append(": %s" % root["error"])
     elif cause.get("signal"):
-        parts.append("the launcher was killed by %s" % cause["signal"])
+        parts.append("%s was killed by %s" % (_launcher(cause), cause["signal"]))
     else:
-        parts.append("the launcher exited with code %s" % cause.get("exit_code"))
+        parts.append("%s exited with code %s" % (_launcher(cause), cause.get("exit_code")))
+    if isinstance(root, Mapping) and cause.get("container") and state not in (JobState.UNREACHABLE, JobState.LOST):
+        parts.append("; %s %s" % (_launcher(cause), ("was killed by %s" % cause["signal"]) if cause.get("signal")
+                                  else "exited with code %s" % cause.get("exit_code")))
     stopped = [str(r.get("host")) for r in results if r.get("state") == "stopped"]
     if stopped:
         parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))

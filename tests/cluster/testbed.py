@@ -176,6 +176,45 @@ def ensure_wheelhouse() -> str:
     return path
 
 
+# The training image of the container tests: the node image with torch and numpy from the wheelhouse in a
+# virtual environment first on PATH (the CPU build, nothing more), saved as an archive as an air-gapped cluster
+# would receive it. The image itself is removed once saved: the tests start with the archive only.
+TRAIN_IMAGE_WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
+TRAIN_IMAGE_VENV = "/opt/train"
+
+
+def train_image_name() -> str:
+    recipe = "\n".join([image_name(), " ".join(TRAIN_IMAGE_WHEELS), TRAIN_IMAGE_VENV])
+    return "localhost/gpufleet-train:" + hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+def ensure_train_image_archive() -> str:
+    """The training image's archive (podman save), made once; returns its path."""
+    name = train_image_name()
+    path = os.path.join(CACHE, "%s.tar" % name.rsplit("/", 1)[1].replace(":", "-"))
+    if os.path.exists(path):
+        return path
+    log("building %s: the node image with %s (about a minute)" % (name, " ".join(TRAIN_IMAGE_WHEELS)))
+    base, wheelhouse = ensure_image(), ensure_wheelhouse()
+    builder = "gpufleet-train-build"
+    podman("rm", "--force", builder, check=False)
+    install = ("python3 -m venv {venv} && {venv}/bin/pip install --quiet --no-index --no-cache-dir --find-links "
+               "/wheelhouse {wheels} && rm -rf /root/.cache").format(venv=TRAIN_IMAGE_VENV,
+                                                                      wheels=" ".join(TRAIN_IMAGE_WHEELS))
+    try:
+        podman("run", "--name", builder, "--network", "none", "--volume", "%s:/wheelhouse:ro" % wheelhouse,
+               base, "/bin/sh", "-c", install)
+        podman("commit", "--quiet", "--change", "ENV PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+               "/sbin:/bin" % TRAIN_IMAGE_VENV, "--change", "CMD=/bin/bash", builder, name)
+    finally:
+        podman("rm", "--force", builder, check=False)
+    partial = path + ".partial"
+    podman("save", "--quiet", "--output", partial, name)
+    os.replace(partial, path)
+    podman("rmi", name, check=False)
+    return path
+
+
 def ensure_network() -> None:
     if podman("network", "exists", NETWORK, check=False).returncode != 0:
         podman("network", "create", "--subnet", SUBNET, NETWORK)
@@ -306,6 +345,7 @@ def prepare() -> None:
         ensure_wheelhouse()
         standin_repo.build(os.path.join(CACHE, "nvidia-standin"))
         standin_repo.build_nccl_tests_archive(CACHE)
+        ensure_train_image_archive()
 
 
 def up(state: str, count: int, image: str | None = None, plain: bool = False, volumes: tuple[str, ...] = ()) -> dict:

@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Filters gpufleet.cluster.image_id, image_disagreement and container_check_argv: a job's container image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images
+
+DOCUMENTATION = r"""
+name: container_image
+short_description: A job's container image - its ID (image_id), whether the nodes agree (image_disagreement), the preflight's check (container_check_argv)
+version_added: 0.1.0
+description:
+  - C(image_id) returns an image ID as both engines print it, without Docker's C(sha256:) in front, or an empty
+    string when its input is not one.
+  - C(image_disagreement) reads the image ID each node holds (in the order of O(hosts)) and returns why the job
+    cannot run, naming the nodes that lack the image or hold another image under the same name; empty when every
+    node holds the same image.
+  - C(container_check_argv) returns the argument list of a throw-away container with the job's settings that
+    looks for the training Python (and torch) in the image.
+options:
+  _input:
+    description: For C(image_id), an image ID; for C(image_disagreement), the image IDs the nodes hold, in the
+      order of O(hosts); for C(container_check_argv), the node's container engine.
+    type: raw
+    required: true
+  hosts:
+    description: (image_disagreement) The job's hosts, in rank order.
+    type: list
+    elements: str
+  image:
+    description: (image_disagreement) The image as the user named it, for the message.
+    type: str
+  image_id:
+    description: (container_check_argv) The image ID the node holds.
+    type: str
+  gpus:
+    description: (container_check_argv) Whether the container gets the node's GPUs.
+    type: bool
+  volumes:
+    description: (container_check_argv) More C(--volume) arguments.
+    type: list
+    elements: str
+  ulimits:
+    description: (container_check_argv) The C(--ulimit) arguments; empty is NVIDIA's recommended ones.
+    type: list
+    elements: str
+  run_args:
+    description: (container_check_argv) More arguments of the engine's C(run).
+    type: list
+    elements: str
+  python:
+    description: (container_check_argv) The training Python inside the image.
+    type: str
+  needs_torch:
+    description: (container_check_argv) Whether the Python must import torch.
+    type: bool
+"""
+
+EXAMPLES = r"""
+- name: Refuse to launch unless every node holds the same image
+  ansible.builtin.assert:
+    that: (__held | gpufleet.cluster.image_disagreement(['node0', 'node1'], 'train:1')) == ''
+"""
+
+RETURN = r"""
+_value:
+  description: The image ID (image_id), the problem or an empty string (image_disagreement), an argument list
+    (container_check_argv).
+  type: raw
+"""
+
+
+def image_id(value: Any) -> str:
+    return container_images.image_id(value)
+
+
+def image_disagreement(held: list[Any], hosts: list[str], image: str = "") -> str:
+    return container_images.disagreement(dict(zip(hosts, held)), list(hosts), str(image))
+
+
+def container_check_argv(engine: str, image_id: str, gpus: bool = False, volumes: Any = None,
+                         ulimits: Any = None, run_args: Any = None, python: str = "python3",
+                         needs_torch: bool = True) -> list[str]:
+    spec = {"container_engine": str(engine), "container_image_id": image_id, "container_gpus": bool(gpus),
+            "container_volumes": list(volumes or []), "container_ulimits": list(ulimits or []),
+            "container_run_args": list(run_args or [])}
+    return containers.check_argv(spec, str(python), bool(needs_torch))
+
+
+class FilterModule:
+    """gpufleet.cluster filters."""
+
+    def filters(self) -> dict:
+        return {"image_id": image_id, "image_disagreement": image_disagreement,
+                "container_check_argv": container_check_argv}

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The container image of a job, on the controller: the settings checked, an image archive read, and whether every
+node holds the same image.
+
+An image is the same on two nodes when its ID is: the sha256 of the image's configuration, which
+``docker image inspect`` and ``podman image inspect`` both print as ``.Id`` (Docker with ``sha256:`` in front),
+whether the image was pulled or loaded from an archive. A ``docker save``/``podman save`` archive names that
+configuration in its ``manifest.json``; its ID is computed here from the configuration's bytes, so a renamed
+member cannot pass for another image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+
+PULL_POLICIES = ("missing", "always", "never")
+
+
+def image_id(value: Any) -> str:
+    """An image ID as both engines print it, without the ``sha256:`` Docker puts in front; '' when there is none."""
+    text = str(value or "").strip()
+    text = text[len("sha256:"):] if text.startswith("sha256:") else text
+    return text if containers.IMAGE_ID_RE.match(text) else ""
+
+
+def read_archive(path: str) -> dict[str, Any]:
+    """The image of a ``docker save``/``podman save`` archive: its ID and its tags. One image per archive."""
+    try:
+        with tarfile.open(path) as archive:
+            manifest = json.loads(_member(archive, "manifest.json"))
+            if not isinstance(manifest, list) or len(manifest) != 1 or not isinstance(manifest[0], dict):
+                raise PlanError("container_image_archive: %s holds %s images; save exactly one image in it"
+                                % (path, len(manifest) if isinstance(manifest, list) else "no list of"))
+            config = _member(archive, str(manifest[0].get("Config") or ""))
+    except (OSError, tarfile.TarError, ValueError, KeyError) as exc:
+        raise PlanError("container_image_archive: %s is not an archive written by docker save or podman save (%s)"
+                        % (path, exc)) from exc
+    return {"image_id": hashlib.sha256(config).hexdigest(),
+            "tags": [str(tag) for tag in manifest[0].get("RepoTags") or []]}
+
+
+def _member(archive: tarfile.TarFile, name: str) -> bytes:
+    extracted = archive.extractfile(name) if name else None
+    if extracted is None:
+        raise KeyError("no member %r" % name)
+    return extracted.read()
+
+
+def plan_container(image: Any, archive: Any, engine: Any, pull: Any) -> dict[str, Any] | None:
+    """The job's container settings, checked; None without an image. With an archive, the image is the archive's
+    (container_image, when given too, must be one of its tags)."""
+    image = str(image or "").strip()
+    archive = str(archive or "").strip()
+    if not image and not archive:
+        return None
+    engine = str(engine or "docker")
+    if containers.engine_kind(engine) not in containers.ENGINES:
+        raise PlanError("container_engine: %r is not one of %s, or a path to one" % (engine, ", ".join(containers.ENGINES)))
+    pull = str(pull or "missing")
+    if pull not in PULL_POLICIES:
+        raise PlanError("container_pull: %r is not one of %s" % (pull, ", ".join(PULL_POLICIES)))
+    if image and not containers.IMAGE_REF_RE.match(image):
+        raise PlanError("container_image: %r is not an image reference (e.g. nvcr.io/nvidia/pytorch:25.10-py3)" % image)
+    planned: dict[str, Any] = {"engine": engine, "image": image, "pull": pull, "archive": None, "archive_image_id": None}
+    if archive:
+        path = os.path.abspath(os.path.expanduser(archive))
+        if not os.path.isfile(path):
+            raise PlanError("container_image_archive: %s is not a file on the controller" % path)
+        found = read_archive(path)
+        if image and image not in found["tags"] and image_id(image) != found["image_id"]:
+            raise PlanError("container_image: %s is not in container_image_archive %s, which holds %s"
+                            % (image, path, ", ".join(found["tags"]) or "an untagged image " + found["image_id"][:12]))
+        planned.update(archive=path, archive_image_id=found["image_id"],
+                       image=image or (found["tags"][0] if found["tags"] else found["image_id"]),
+                       archive_size=os.path.getsize(path))
+    return planned
+
+
+def disagreement(held: Mapping[str, Any], hosts: Sequence[str], image: str) -> str:
+    """Why the nodes cannot run the job's image, naming the odd nodes, or '' when every node holds the same image.
+
+    held maps each host to the image ID it holds for the job's image ('' or None where it has none). The ID most
+    nodes hold is the job's; on a tie, node_rank 0's.
+    """
+    missing = [host for host in hosts if not image_id(held.get(host))]
+    if missing:
+        return "%s: container_image=%s is not on the node (set container_pull=missing or always, or give " \
+               "container_image_archive)" % (", ".join(missing), image)
+    ids = [image_id(held[host]) for host in hosts]
+    counts = Counter(ids)
+    if len(counts) == 1:
+        return ""
+    top = max(counts.values())
+    chosen = ids[0] if counts[ids[0]] == top else next(i for i in ids if counts[i] == top)
+    odd = ["%s (%s)" % (host, found[:12]) for host, found in zip(hosts, ids) if found != chosen]
+    return ("container_image=%s differs between the nodes: %s hold%s another image than the %s the others hold; "
+            "pull or load the same image on every node (container_pull=always pulls it again)"
+            % (image, ", ".join(odd), "s" if len(odd) == 1 else "", chosen[:12]))
