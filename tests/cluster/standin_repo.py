@@ -147,6 +147,36 @@ for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9"):
     PACKAGES.append(("libnccl2", _version, {"/usr/lib/x86_64-linux-gnu/libnccl.so.%s" % _nccl: ""}))
     PACKAGES.append(("libnccl-dev", _version, {"/usr/include/nccl.h": "#define NCCL_VERSION_STRING \"%s\"\n" % _nccl}))
 
+# NVIDIA Container Toolkit's repository (its own, with its own key at <mirror>/gpgkey), as a stand-in: the four
+# packages at two versions, and an nvidia-ctk that prints a CDI specification naming the GPUs it finds under
+# GPUFLEET_SYS_ROOT (the test nodes' fake sysfs), and Docker's configuration with NVIDIA's runtime added (--dry-run).
+TOOLKIT_DIR = "libnvidia-container"
+NVIDIA_CTK = r"""#!/usr/bin/python3
+import json, os, sys
+args = sys.argv[1:]
+if args[:2] == ["cdi", "generate"]:
+    print("# gpufleet stand-in for nvidia-ctk cdi generate (@VERSION@)")
+    print("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n"
+          "    deviceNodes:\n    - path: /dev/nvidia0")
+elif args[:2] == ["runtime", "configure"] and "--runtime=docker" in args and "--dry-run" in args:
+    try:
+        config = json.load(open("/etc/docker/daemon.json"))
+    except OSError:
+        config = {}
+    config.setdefault("runtimes", {})["nvidia"] = {"args": [], "path": "nvidia-container-runtime"}
+    print(json.dumps(config, indent=4))
+else:
+    sys.exit("gpufleet stand-in nvidia-ctk: %s is not stood in for" % " ".join(args))
+"""
+TOOLKIT_PACKAGES: list[tuple[str, str, dict[str, str]]] = []
+for _version in ("1.17.8-1", "1.18.0-1"):
+    for _name in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
+                  "nvidia-container-toolkit"):
+        _files = {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n"}
+        if _name == "nvidia-container-toolkit-base":
+            _files["/usr/bin/nvidia-ctk"] = NVIDIA_CTK.replace("@VERSION@", _version)
+        TOOLKIT_PACKAGES.append((_name, _version, _files))
+
 
 def _deb(work: str, name: str, version: str, files: dict[str, str]) -> str:
     root = os.path.join(work, "%s_%s" % (name, version))
@@ -189,27 +219,36 @@ def _read_stamp(path: str) -> str:
 
 
 def build(dest: str) -> str:
-    """Build the repository under dest/<SLUG>; return the mirror root to give the roles (a file:// URL)."""
-    repo = os.path.join(dest, SLUG)
-    recipe = hashlib.sha256(repr((PACKAGES, sorted(EXTRAS.items()))).encode()).hexdigest()
-    stamp = os.path.join(dest, ".recipe")
+    """Build the repository under dest/<SLUG>, and NVIDIA Container Toolkit's under dest/TOOLKIT_DIR; return the
+    mirror root to give the roles (a file:// URL)."""
+    _flat_repo(os.path.join(dest, SLUG), PACKAGES, KEY_NAME, os.path.join(dest, ".recipe"))
+    toolkit = os.path.join(dest, TOOLKIT_DIR)
+    _flat_repo(os.path.join(toolkit, "stable", "deb", "amd64"), TOOLKIT_PACKAGES, os.path.join("..", "..", "..", "gpgkey"),
+               os.path.join(toolkit, ".recipe"))
+    return "file://" + dest
+
+
+def _flat_repo(repo: str, packages: list, key_name: str, stamp: str) -> None:
+    """A flat apt repository of packages in repo, signed (InRelease) by a key made for it, exported as key_name
+    (relative to repo); made anew when its content changes, not only when absent."""
+    recipe = hashlib.sha256(repr((packages, sorted(EXTRAS.items()))).encode()).hexdigest()
     if os.path.exists(os.path.join(repo, "InRelease")) and _read_stamp(stamp) == recipe:
-        return "file://" + dest
-    shutil.rmtree(repo, ignore_errors=True)  # made anew when its content changes, not only when absent
+        return
+    shutil.rmtree(repo, ignore_errors=True)
     os.makedirs(repo, exist_ok=True)
     work = tempfile.mkdtemp(prefix="standin-")
     gnupg = tempfile.mkdtemp(prefix="gnupg-")
     try:
         stanzas = []
-        for name, version, files in PACKAGES:
+        for name, version, files in packages:
             deb = _deb(work, name, version, files)
             shutil.copy(deb, repo)
             stanzas.append(_stanza(deb, os.path.basename(deb)))
-        packages = "\n".join(stanzas).encode()
+        data = "\n".join(stanzas).encode()
         with open(os.path.join(repo, "Packages"), "wb") as handle:
-            handle.write(packages)
+            handle.write(data)
         with gzip.open(os.path.join(repo, "Packages.gz"), "wb") as handle:
-            handle.write(packages)
+            handle.write(data)
         lines = ["Origin: gpufleet test stand-in", "Label: gpufleet test stand-in",
                  "Date: %s" % time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()), "SHA256:"]
         for index in ("Packages", "Packages.gz"):
@@ -221,7 +260,8 @@ def build(dest: str) -> str:
         gpg = ["gpg", "--batch", "--homedir", gnupg, "--pinentry-mode", "loopback", "--passphrase", ""]
         subprocess.run(gpg + ["--quick-generate-key", "gpufleet test stand-in repository", "ed25519", "sign", "never"],
                        check=True, capture_output=True)
-        subprocess.run(gpg + ["--armor", "--output", os.path.join(repo, KEY_NAME), "--export"], check=True)
+        subprocess.run(gpg + ["--armor", "--yes", "--output", os.path.normpath(os.path.join(repo, key_name)),
+                              "--export"], check=True)
         subprocess.run(gpg + ["--clearsign", "--output", os.path.join(repo, "InRelease"),
                               os.path.join(repo, "Release")], check=True, capture_output=True)
         with open(stamp, "w") as handle:
@@ -229,7 +269,6 @@ def build(dest: str) -> str:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(gnupg, ignore_errors=True)
-    return "file://" + dest
 
 
 STANDIN_MAKEFILE = """# gpufleet test stand-in for nccl-tests: no CUDA here. `make` records the variables the

@@ -299,3 +299,15 @@ def test_two_nodes_holding_different_images_under_one_tag_are_refused_before_lau
             % held[:12]) in out, out[-3000:]
     assert "TASK [gpufleet.cluster.job : Launch the job" not in out
     assert not local.job_dir("node0", "train").exists() and not local.job_dir("node1", "train").exists()
+
+
+def test_max_restarts_launches_the_gang_again_in_fresh_containers(local):
+    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_CODE": "3", "FAIL_NODE_RANK": "1", "FAIL_AFTER_S": "0"}
+    rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "max_restarts=1",
+                                    extra={"gpufleet_env": env})
+    assert rc != 0
+    assert re.search(r"^node1\s+1\s+failed\s+3\s+2\s", out, re.M), out[-3000:]  # two attempts, each in a container
+    state1 = json.loads((local.job_dir("node1", "fail_on_rank") / "state.json").read_text())
+    assert [attempt["exit_code"] for attempt in state1["attempts"]] == [1, 1]  # the container's: torchrun's 1
+    assert (local.logs / "fail_on_rank" / "node1.log").read_text().count("failing on purpose") == 2
+    assert local.leftovers("fail_on_rank") == {}

@@ -1,0 +1,57 @@
+"""The container_runtime role on the container cluster: Podman from Debian's archive on a GPU-less node, and on a
+node with an NVIDIA GPU (node2's fake sysfs) NVIDIA Container Toolkit from its own repository as well.
+
+NVIDIA's repositories cannot be reached here: the toolkit's repository is a local, signed stand-in laid out as
+NVIDIA's (tests/cluster/standin_repo.py: stable/deb/amd64/ and gpgkey), whose packages carry the real names and
+versions and whose nvidia-ctk prints a stand-in CDI specification. What this checks is the role's logic: the
+repository and its own key, the pinned version of the four packages, the hold, the CDI file written from
+nvidia-ctk's output, idempotence and check mode. Not checked: NVIDIA's binaries, a real GPU in a container, and
+Docker (its daemon needs an init these nodes do not run: Docker's daemon.json is checked in tests/unit only).
+"""
+
+import re
+
+# The test inventory gives every node NVIDIA's stand-in software (gpufleet_nvidia_on_gpu_less_nodes); here the role
+# decides by the PCI bus, as on servers.
+ARGS = ("--tags", "container_runtime", "-e", "container_runtime_enabled=true", "-e", "gpufleet_container_engine=podman",
+        "-e", "gpufleet_nvidia_on_gpu_less_nodes=false", "--limit", "node1,node2")
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1")
+
+
+def test_container_runtime_gives_gpu_less_nodes_the_engine_and_gpu_nodes_the_toolkit(cluster):
+    first = cluster.playbook("provision.yml", *ARGS)
+    assert first.rc == 0, first.out[-3000:]
+    gpu_less, gpu = cluster.host("node1"), cluster.host("node2")
+    for host in (gpu_less, gpu):
+        assert host.package("podman").is_installed and host.package("catatonit").is_installed
+        assert host.run("podman --version").rc == 0
+    assert [name for name in TOOLKIT if gpu_less.package(name).is_installed] == []
+    assert not gpu_less.file("/etc/cdi/nvidia.yaml").exists
+    assert not gpu_less.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
+
+    for name in TOOLKIT:
+        assert gpu.package(name).version == "1.18.0-1", name  # pinned: the repository also has 1.17.8-1
+    held = gpu.check_output("dpkg --get-selections %s" % " ".join(TOOLKIT))
+    assert sorted(line.split()[1] for line in held.splitlines()) == ["hold"] * 4, held
+    sources = gpu.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").content_string
+    assert "URIs: file:///nvidia-repo/libnvidia-container/stable/deb/amd64/" in sources
+    assert "Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc" in sources
+    assert gpu.file("/etc/apt/keyrings/nvidia-container-toolkit.asc").contains("BEGIN PGP PUBLIC KEY BLOCK")
+    cdi = gpu.file("/etc/cdi/nvidia.yaml").content_string
+    assert "gpufleet stand-in for nvidia-ctk cdi generate (1.18.0-1)" in cdi and "kind: nvidia.com/gpu" in cdi
+
+    again = cluster.playbook("provision.yml", *ARGS)
+    assert again.rc == 0 and all(counts["changed"] == 0 for counts in again.recap().values()), again.out[-3000:]
+    check = cluster.playbook("provision.yml", *ARGS, "--check", "--diff")
+    assert check.rc == 0 and all(counts["changed"] == 0 for counts in check.recap().values()), check.out[-3000:]
+
+
+def test_a_bad_engine_is_refused_before_any_package_is_touched(cluster):
+    run = cluster.playbook("provision.yml", "--tags", "container_runtime", "-e", "container_runtime_enabled=true",
+                           "-e", "gpufleet_container_engine=lxc", "--limit", "node0")
+    assert run.rc != 0
+    # The role's argument_specs refuse it, on the node, naming the variable and the choices.
+    assert re.search(r"fatal: \[node0\].*\n(.*\n)*.*container_runtime_engine must be one of: docker, podman, got: lxc",
+                     run.out), run.out[-2000:]
+    assert not cluster.host("node0").package("podman").is_installed

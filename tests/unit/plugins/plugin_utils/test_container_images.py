@@ -1,0 +1,138 @@
+"""A job's container image on the controller: an archive read (its image ID computed from the configuration's
+bytes), the settings checked, and whether the nodes hold the same image (naming the odd node)."""
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import node
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images, report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+
+CONFIG = b'{"architecture": "amd64", "config": {"Env": ["PATH=/opt/train/bin:/usr/bin"]}}'
+CONFIG_ID = hashlib.sha256(CONFIG).hexdigest()
+OTHER_ID = "b" * 64
+
+
+def save_archive(path, manifest, members=None):
+    """An archive laid out as docker save and podman save write one (manifest.json, the configuration, layers)."""
+    with tarfile.open(path, "w") as archive:
+        for name, data in (members or {"%s.json" % CONFIG_ID: CONFIG}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_an_archive_gives_its_image_id_and_tags(tmp_path):
+    path = save_archive(tmp_path / "train.tar", [{"Config": "%s.json" % CONFIG_ID, "RepoTags": ["localhost/train:1"],
+                                                  "Layers": []}])
+    assert container_images.read_archive(path) == {"image_id": CONFIG_ID, "tags": ["localhost/train:1"]}
+
+
+def test_the_id_is_the_configurations_digest_whatever_the_member_is_called(tmp_path):
+    path = save_archive(tmp_path / "renamed.tar", [{"Config": "blobs/sha256/%s" % OTHER_ID, "RepoTags": []}],
+                        {"blobs/sha256/%s" % OTHER_ID: CONFIG})
+    assert container_images.read_archive(path)["image_id"] == CONFIG_ID
+
+
+@pytest.mark.parametrize("manifest, message", [
+    ([], "holds 0 images; save exactly one image"),
+    ([{"Config": "%s.json" % CONFIG_ID}, {"Config": "%s.json" % CONFIG_ID}], "holds 2 images"),
+    ([{"Config": "missing.json"}], "is not an archive written by docker save or podman save"),
+])
+def test_archives_that_are_not_one_image_are_refused(tmp_path, manifest, message):
+    with pytest.raises(PlanError, match="container_image_archive: .*" + message):
+        container_images.read_archive(save_archive(tmp_path / "bad.tar", manifest))
+
+
+def test_a_file_that_is_no_archive_is_refused(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not a tar")
+    with pytest.raises(PlanError, match="is not an archive written by docker save or podman save"):
+        container_images.read_archive(str(path))
+
+
+def test_the_plan_with_an_archive_takes_its_image_and_refuses_a_tag_it_does_not_hold(tmp_path):
+    path = save_archive(tmp_path / "train.tar", [{"Config": "%s.json" % CONFIG_ID, "RepoTags": ["localhost/train:1"]}])
+    planned = container_images.plan_container("", path, "podman", None)
+    assert planned["image"] == "localhost/train:1" and planned["archive_image_id"] == CONFIG_ID
+    assert planned["archive"] == path and planned["engine"] == "podman" and planned["pull"] == "missing"
+    with pytest.raises(PlanError, match=r"container_image: localhost/other:2 is not in container_image_archive .*"
+                                        r"which holds localhost/train:1"):
+        container_images.plan_container("localhost/other:2", path, "podman", None)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("train:1", "", "lxc", None), "container_engine: 'lxc' is not one of docker, podman"),
+    (("train:1", "", "docker", "sometimes"), "container_pull: 'sometimes' is not one of missing, always, never"),
+    (("train 1", "", "docker", None), "container_image: 'train 1' is not an image reference"),
+    (("", "/nowhere/train.tar", "docker", None), "container_image_archive: /nowhere/train.tar is not a file"),
+])
+def test_bad_settings_are_refused_naming_the_variable(args, message):
+    with pytest.raises(PlanError, match=message):
+        container_images.plan_container(*args)
+
+
+def test_no_image_is_no_container():
+    assert container_images.plan_container("", "", "docker", None) is None
+
+
+def test_every_node_holding_the_same_id_agrees_docker_prefix_or_not():
+    held = {"node0": "sha256:" + CONFIG_ID, "node1": CONFIG_ID}
+    assert container_images.disagreement(held, ["node0", "node1"], "train:1") == ""
+
+
+def test_the_odd_node_is_named():
+    held = {"n0": CONFIG_ID, "n1": CONFIG_ID, "n2": OTHER_ID}
+    message = container_images.disagreement(held, ["n0", "n1", "n2"], "train:1")
+    assert message.startswith("container_image=train:1 differs between the nodes: n2 (bbbbbbbbbbbb) holds another "
+                              "image than the %s the others hold" % CONFIG_ID[:12])
+    # Two nodes, two images: node_rank 0's counts as the job's.
+    assert "node1 (bbbbbbbbbbbb) holds" in container_images.disagreement(
+        {"node0": CONFIG_ID, "node1": OTHER_ID}, ["node0", "node1"], "train:1")
+
+
+def test_nodes_without_the_image_are_named_first():
+    message = container_images.disagreement({"n0": CONFIG_ID, "n1": "", "n2": None}, ["n0", "n1", "n2"], "train:1")
+    assert message.startswith("n1, n2: container_image=train:1 is not on the node")
+
+
+def test_the_node_probe_reads_the_image_id_and_tells_an_absent_image_from_an_engine_that_does_not_answer():
+    def run(stdout="", stderr="", returncode=0):
+        return lambda cmd, **_kw: subprocess.CompletedProcess(cmd, returncode, stdout=stdout, stderr=stderr)
+    which = {"podman": "/usr/bin/podman"}.get
+    facts = node.container_facts("podman", "train:1", which, run(stdout=CONFIG_ID + "\n"))
+    assert facts["image_id"] == CONFIG_ID and facts["error"] == "" and facts["path"] == "/usr/bin/podman"
+    facts = node.container_facts("podman", "train:1", which, run(stderr="Error: train:1: image not known", returncode=125))
+    assert facts["image_id"] == "" and facts["error"] == ""
+    facts = node.container_facts("docker", "t", {"docker": "/usr/bin/docker"}.get, run(
+        stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock", returncode=1))
+    assert "docker image inspect failed: Cannot connect to the Docker daemon" in facts["error"]
+    assert "is not on the node's PATH" in node.container_facts("docker", "t", lambda _name: None)["error"]
+
+
+def test_the_report_names_the_container_and_its_exit_code_and_shows_image_columns():
+    failed = {"host": "node1", "node_rank": 1, "state": "failed", "exit_code": 1, "first_exit_at": 10.0,
+              "container": "gpufleet-j-n1-0123456789ab", "image": "localhost/train:1", "image_id": CONFIG_ID,
+              "root_cause": {"rank": 2, "local_rank": 0, "exit_code": 1}}
+    stopped = {"host": "node0", "node_rank": 0, "state": "stopped", "exit_code": 1, "stopped_for": "node1",
+               "container": "gpufleet-j-n0-0123456789ab", "image": "localhost/train:1", "image_id": CONFIG_ID}
+    message = report.failure_message("j", [stopped, failed])
+    assert message.startswith("job j failed on node1 (node_rank 1): global rank 2 (local rank 0) exited with code 1; "
+                              "container gpufleet-j-n1-0123456789ab (image localhost/train:1) exited with code 1; "
+                              "stopped on the other nodes: node0.")
+    bare = dict(failed, root_cause=None, exit_code=125)
+    assert "node1 (node_rank 1): container gpufleet-j-n1-0123456789ab (image localhost/train:1) exited with code 125" \
+        in report.failure_message("j", [bare])
+    header, _rule, row = report.format_table([failed]).splitlines()
+    assert header.split()[-3:] == ["image", "container", "log"]
+    assert "localhost/train:1 (%s)  gpufleet-j-n1-0123456789ab" % CONFIG_ID[:12] in row
