@@ -17,6 +17,8 @@ description:
   - Only processes that carry the job's run token on this node (C(GPUFLEET_RUN_TOKEN)) are signalled. Nothing is ever killed by
     name or pattern, so other jobs and other users' processes are never touched.
   - The job folder, its log and any checkpoints are kept.
+  - For a job run in a container image, the supervisor ends the container through the engine; when the supervisor
+    is gone, this removes every container labelled with the job's folder (C(engine rm --force)), by its ID.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -85,6 +87,20 @@ scancel:
   returned: when a Slurm job was cancelled
   type: str
   sample: cancelled Slurm job 42
+containers_removed:
+  description:
+    - For a job run in a container image, the IDs of the job folder's containers this stop removed through the
+      engine (what its supervisor had not ended, e.g. a container that outlived it).
+  returned: when the job runs in a container image and was running
+  type: list
+  elements: str
+  sample: ["3f1c2a9e8b7d"]
+containers_remaining:
+  description: The job folder's containers the engine still has after the stop; empty on success.
+  returned: when the job was running
+  type: list
+  elements: str
+  sample: []
 """
 
 from ansible.module_utils.basic import AnsibleModule

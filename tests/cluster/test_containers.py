@@ -311,3 +311,26 @@ def test_max_restarts_launches_the_gang_again_in_fresh_containers(local):
     assert [attempt["exit_code"] for attempt in state1["attempts"]] == [1, 1]  # the container's: torchrun's 1
     assert (local.logs / "fail_on_rank" / "node1.log").read_text().count("failing on purpose") == 2
     assert local.leftovers("fail_on_rank") == {}
+
+
+def test_a_container_that_outlived_its_supervisor_is_removed_by_the_next_stop(local):
+    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_NODE_RANK": "none"}
+    rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "wait=false",
+                                    extra={"gpufleet_env": env})
+    assert rc == 0, out[-3000:]
+    job = "fail_on_rank"
+    log1 = local.job_dir("node1", job) / "job.log"
+    wait_until(lambda: log1.exists() and "ready" in log1.read_text(), 120, "node1's rank ready",
+               lambda: log1.read_text()[-2000:] if log1.exists() else "no log")
+    state = json.loads((local.job_dir("node1", job) / "state.json").read_text())
+    # The supervisor frozen, its engine client killed outright, then the supervisor: nothing of gpufleet's is left
+    # on node1 to end the container, which Podman's conmon keeps running.
+    os.kill(state["supervisor_pid"], signal.SIGSTOP)
+    os.kill(state["pid"], signal.SIGKILL)
+    os.kill(state["supervisor_pid"], signal.SIGKILL)
+    time.sleep(1)
+    running = local.containers("node1", job)
+    assert len(running) == 1 and " Up " in " %s " % running[0], running
+    rc, out, _seconds = local.playbook("stop.yml", "-e", "job=%s" % job)
+    assert rc == 0, out[-3000:]
+    assert local.leftovers(job) == {}
