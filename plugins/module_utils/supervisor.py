@@ -47,6 +47,7 @@ import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
+    ENGINE_TIMEOUT_S,
     begin_container_stop,
     container_of,
     remove_container,
@@ -374,7 +375,11 @@ class Supervisor:
             # The engine's client is gone; the container, if anything of it is left, goes through the engine.
             remove_container(self.spec)
             if self.engine_stop is not None:
-                self.engine_stop.wait()
+                try:
+                    self.engine_stop.wait(ENGINE_TIMEOUT_S)
+                except subprocess.TimeoutExpired:  # an engine that does not answer must not hold the supervisor
+                    self.engine_stop.kill()
+                    self.engine_stop.wait()
                 self.engine_stop = None
         # The launcher is gone; whatever of the run outlived it is ended now.
         end_run(self.token, min(self.grace_s, 5.0))
