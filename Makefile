@@ -12,10 +12,13 @@ SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client cat
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
 	bench-gang-stop bench-scale collection clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet '.[demo,test]'
+	@# The tools only: the collection under test is this checkout (collections/ links back here), not a copy
+	@# installed into site-packages that would go stale with every edit.
+	$(BIN)/python -m pip uninstall --quiet --yes gpufleet
 	touch $@
 
 venv: $(STAMP)

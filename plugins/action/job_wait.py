@@ -211,9 +211,6 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = action_args.validated(self, documentation.DOCUMENTATION)
         job, jobs_dir = args["job"], args["jobs_dir"]
-        if args["progress"] and not os.environ.get(INTERRUPT_VAR):
-            display.warning("Ctrl-C will leave job %s running on the nodes: enable the gpufleet.cluster.interrupt "
-                            "callback (callbacks_enabled in ansible.cfg) to have it stop the job everywhere" % job)
 
         host = task_vars["inventory_hostname"]
         polls = {"shell": 0, "job_status": 0}  # how this node was read: returned, so that it can be checked

@@ -40,7 +40,7 @@ print(json.dumps({'executable': sys.executable, 'version': '%d.%d.%d' % sys.vers
 def launcher_missing(launcher: str, python: dict, which: Callable[[str], str | None] = shutil.which) -> str:
     """What this node lacks for the launcher ('' when nothing): checked before anything is changed."""
     if launcher == "deepspeed" and python.get("found") and not python.get("deepspeed"):
-        return "needs DeepSpeed in gpufleet_python (%s); install it there (python_env_packages)" % python.get("path")
+        return "needs DeepSpeed in gpufleet_python (%s); install it there (python_env_extra_packages)" % python.get("path")
     if launcher == "mpirun" and not which("mpirun"):
         return "needs Open MPI's mpirun on the node's PATH (the mpi role installs it)"
     if launcher == "horovodrun":

@@ -62,12 +62,15 @@ def test_mpirun_across_every_node_with_one_on_another_ssh_port(cluster, provisio
 
 @pytest.fixture(scope="module")
 def raw_cluster(cluster):
-    """Three more nodes, never provisioned by gpufleet except for a Python with torch (python_env alone)."""
+    """Three more nodes, never provisioned by gpufleet except for a Python with torch (python_env alone, with its
+    default packages: torch and nothing else, as a user who sets nothing gets)."""
     info = testbed.start_nodes(cluster.state, RAW, name="raw.yml")
     try:
         raw = Cluster(info, cluster.state)
-        run = raw.playbook("provision.yml", "--tags", "python_env")
+        run = raw.playbook("provision.yml", "--tags", "python_env", "-e", '{"python_env_extra_packages": []}')
         assert run.rc == 0, run.out[-3000:]
+        packages = raw.host(raw.nodes[0]).check_output("/opt/gpufleet/venv/bin/python -m pip list --format=freeze")
+        assert "torch==2.13.0" in packages.split() and "numpy" not in packages and "deepspeed" not in packages
         yield raw
     finally:
         testbed.remove_nodes(RAW)

@@ -44,14 +44,15 @@ FIRST_HOST = 10
 PREFIX = "gpufleet-test-"
 PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
 SUITE = "bookworm"
-WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
+WHEELS = ["torch==2.13.0", "numpy==2.4.6"]
 # DeepSpeed for the deepspeed launcher's test: built here from its source (pure Python, no ops: DS_BUILD_OPS=0),
 # with its dependencies pinned. The nodes install it with the rest from the wheelhouse.
 DEEPSPEED = "deepspeed==0.19.8"
 DEEPSPEED_DEPS = ["einops==0.8.2", "hjson==3.1.0", "msgpack==1.2.4", "ninja==1.13.2", "psutil==7.2.2",
                   "py-cpuinfo==9.0.0", "pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0",
                   "typing-inspection==0.4.5", "tqdm==4.70.1", "packaging==26.3"]
-NODE_PACKAGES = WHEELS + [DEEPSPEED]
+# What the test inventory adds to python_env's default (torch==2.13.0).
+NODE_EXTRA_PACKAGES = ["numpy==2.4.6", DEEPSPEED]
 SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg"]
 
 # Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
@@ -179,7 +180,7 @@ def ensure_wheelhouse() -> str:
 # The training image of the container tests: the node image with torch and numpy from the wheelhouse in a
 # virtual environment first on PATH (the CPU build, nothing more), saved as an archive as an air-gapped cluster
 # would receive it. The image itself is removed once saved: the tests start with the archive only.
-TRAIN_IMAGE_WHEELS = ["torch==2.13.0", "numpy==2.4.6", "scikit-learn==1.9.1"]
+TRAIN_IMAGE_WHEELS = ["torch==2.13.0", "numpy==2.4.6"]
 TRAIN_IMAGE_VENV = "/opt/train"
 
 
@@ -312,7 +313,7 @@ def write_inventory(state: str, indices: list[int], key: str, known_hosts: str, 
         "    ansible_ssh_common_args: -o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % known_hosts,
         "    gpufleet_python: /opt/gpufleet/venv/bin/python",
         "    python_env_wheelhouse: /wheelhouse",
-        "    python_env_packages: [%s]" % ", ".join(NODE_PACKAGES),
+        "    python_env_extra_packages: [%s]" % ", ".join(NODE_EXTRA_PACKAGES),
         "    # NVIDIA's repositories cannot be reached here: the nodes get a local repository of stand-in packages",
         "    # with NVIDIA's names and versions (tests/cluster/standin_repo.py). The nodes have no GPU.",
         "    gpufleet_nvidia_mirror: file:///nvidia-repo",

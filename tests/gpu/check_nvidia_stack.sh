@@ -58,11 +58,11 @@ if $offline; then
     tags=nvidia_driver,nvidia_fabricmanager,nvidia_peermem,nccl_env,mpi,nccl_tests
     skip=(--skip-tags mpi_install,nccl_tests_install)
 fi
-ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml --tags "$tags" "${skip[@]}" "$@"
+ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml -e allow_local=true --tags "$tags" "${skip[@]}" "$@"
 echo "gpufleet: provision.yml again: nothing may change"
-ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml --tags "$tags" "${skip[@]}" "$@" | tee "$work/again.log"
+ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml -e allow_local=true --tags "$tags" "${skip[@]}" "$@" | tee "$work/again.log"
 grep -qE 'localgpu +: ok=[0-9]+ +changed=0 ' "$work/again.log" || { echo "gpufleet: the second run changed something" >&2; exit 1; }
-ansible-playbook -i "$work/hosts.yml" playbooks/verify.yml "$@"
+ansible-playbook -i "$work/hosts.yml" playbooks/verify.yml -e allow_local=true "$@"
 ansible-playbook -i "$work/hosts.yml" playbooks/train.yml -e script=examples/train.py -e "script_args='--epochs 3'" \
     -e job=gpu-check -e force=true "$@"
 grep -q 'backend nccl' logs/gpu-check/localgpu.log || { echo "gpufleet: training did not use NCCL on the GPU" >&2; exit 1; }

@@ -1,0 +1,153 @@
+"""What a new user meets first: nothing changes on a machine they did not name, and the collection installs with pip.
+
+The refusal tests run provision.yml and verify.yml for real against the embedded demo inventory (two nodes on this
+machine over ansible_connection=local) and check that the run ends in the inventory check, before any play that
+reaches a node. The install test builds the wheel from this checkout, installs it into a new virtual environment,
+and trains from an empty folder outside the checkout by the playbook's FQCN; it checks where the collection lands
+and that the script and logs are taken relative to that folder, not the NVIDIA roles (which need servers).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO
+
+pytestmark = pytest.mark.integration
+
+GUARD = "nothing was changed. Pass -i <your inventory> to name your servers, or -e allow_local=true"
+
+
+def assert_stopped_in_the_inventory_check(run):
+    assert run.rc != 0, run.out
+    assert "PLAY [Check the inventory]" in run.out
+    # No play after the check started, so no node was reached, and nothing anywhere reported a change.
+    assert len(re.findall(r"^PLAY \[", run.out, re.M)) == 1, run.out
+    assert not re.search(r"^changed: ", run.out, re.M)
+    assert re.search(r"^localhost +: ok=\d+ +changed=0 ", run.out, re.M), run.out
+
+
+@pytest.mark.parametrize("playbook", ["provision.yml", "verify.yml"])
+def test_a_playbook_that_changes_nodes_refuses_this_machine_without_allow_local(local, playbook):
+    run = local.playbook(playbook)
+    assert_stopped_in_the_inventory_check(run)
+    assert ("%s would change node0, node1, which are this machine (ansible_connection=local in %s/inventories/local/"
+            "hosts.yml, the embedded demo inventory); %s" % (playbook, REPO, GUARD)) in " ".join(run.out.split())
+
+
+def test_allow_local_lets_provision_go_on(local):
+    # Check mode and one role that only reads here: the run gets past the check and reaches both nodes.
+    run = local.playbook("provision.yml", "-e", "allow_local=true", "--check", "--tags", "etc_hosts")
+    assert run.rc == 0, run.out
+    assert "PLAY [Provision gpu_nodes]" in run.out
+    assert run.task_results("TASK [Reach every node]") == {"node0": "ok", "node1": "ok"}
+
+
+def test_allow_local_lets_verify_go_on(local):
+    run = local.playbook("verify.yml", "-e", "allow_local=true")
+    assert "PLAY [The nodes' GPU stacks agree]" in run.out
+    assert run.task_results("Read GPUs, driver, CUDA") == {"node0": "ok", "node1": "ok"}
+
+
+def test_train_says_it_uses_the_embedded_demo_inventory(local):
+    run = local.playbook("train.yml", "-e", "script=does/not/exist.py")
+    assert run.rc != 0
+    said = " ".join(run.out.split())
+    assert ("Using the embedded demo inventory %s/inventories/local/hosts.yml: two nodes on this machine. Pass -i "
+            "<your inventory> to train on your servers." % REPO) in said
+    # It is said before the plan refuses the script.
+    assert said.index("Using the embedded demo inventory") < said.index("does not exist on the controller")
+
+
+@pytest.mark.parametrize("args, inventory, message", [
+    (["-e", "allow_local=maybe"], None, "argument 'allow_local' is of type str and we were unable to convert to bool"),
+    (["-i", "/no/such/inventory.yml"], None,
+     "inventory: /no/such/inventory.yml does not exist; pass -i with the path of your inventory file"),
+    ([], "workers:\n  hosts:\n    w0:\n      ansible_host: 192.0.2.10\n",
+     "inventory: group 'gpu_nodes' is empty or missing in %(inventory)s; list the nodes there in rank order"),
+])
+def test_bad_inventory_inputs_are_refused_before_any_node(local, tmp_path, args, inventory, message):
+    path = None
+    if inventory is not None:
+        path = tmp_path / "hosts.yml"
+        path.write_text(inventory)
+    run = local.playbook("provision.yml", *args, inventory=path)
+    assert_stopped_in_the_inventory_check(run)
+    assert message % {"inventory": path} in " ".join(run.out.split())
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A new virtual environment with the wheel built from this checkout installed, as a user's `pip install .`."""
+    root = tmp_path_factory.mktemp("installed")
+    source = root / "source"
+    # A copy of the collection's content, so that no build output lands in the checkout.
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".cache", "logs", "build", "tests", "bench", "collections", "*.egg-info", "__pycache__"))
+    wheels = root / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(wheels), str(source)], check=True)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    wheel = next(wheels.glob("gpufleet-*.whl"))
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return venv
+
+
+def test_pip_install_puts_the_collection_where_ansible_finds_it(installed):
+    site = subprocess.run([str(installed / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    root = os.path.join(site, "ansible_collections", "gpufleet", "cluster")
+    for part in ("galaxy.yml", "LICENSE", "meta/runtime.yml", "playbooks/train.yml", "roles/job/tasks/train.yml",
+                 "plugins/modules/launch.py", "plugins/module_utils/supervisor.py"):
+        assert os.path.isfile(os.path.join(root, part)), part
+    assert not os.path.exists(os.path.join(root, "setup.py"))
+    listed = subprocess.run([str(installed / "bin" / "ansible-galaxy"), "collection", "list", "gpufleet.cluster"],
+                            capture_output=True, text=True, check=False, cwd="/", env=_clean_env(installed))
+    assert re.search(r"^gpufleet\.cluster +0\.1\.0", listed.stdout, re.M), listed.stdout + listed.stderr
+
+
+def _clean_env(venv):
+    """The environment of a user's shell: no ANSIBLE_* of this test run, the new environment's tools first."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env.update({"PATH": str(venv / "bin") + os.pathsep + env.get("PATH", ""), "ANSIBLE_NOCOLOR": "1",
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def test_train_by_fqcn_from_a_folder_outside_the_checkout(installed, tmp_path):
+    project = tmp_path / "my-project"
+    project.mkdir()
+    shutil.copy(os.path.join(REPO, "examples", "train.py"), project / "train.py")
+    nodes = tmp_path / "nodes"
+    # Two nodes on this machine, as the embedded demo has them; the training Python is the test's (it has torch).
+    (project / "hosts.yml").write_text(yaml.safe_dump({"gpu_nodes": {
+        "hosts": {"node0": {"gpufleet_cluster_address": "127.0.0.1"},
+                  "node1": {"gpufleet_cluster_address": "127.0.0.2"}},
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                 "gpufleet_python": sys.executable,
+                 "gpufleet_jobs_dir": "%s/{{ inventory_hostname }}/jobs" % nodes,
+                 "gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}}}}))
+    done = subprocess.run([str(installed / "bin" / "ansible-playbook"), "gpufleet.cluster.train", "-i", "hosts.yml",
+                           "-e", "script=train.py", "-e", "script_args='--epochs 3'"],
+                          cwd=project, capture_output=True, text=True, check=False, timeout=300,
+                          env=_clean_env(installed))
+    out = done.stdout + done.stderr
+    print(out)
+    assert done.returncode == 0, out
+    log = (project / "logs" / "train" / "node0.log").read_text()
+    assert "rank 0 of world size 2" in log and "final test_accuracy" in log
+    assert (project / "logs" / "train" / "node1.log").is_file()
+    # Run from elsewhere there is no gpufleet ansible.cfg: train.yml says so before launch, with the line to add.
+    said = " ".join(out.split())
+    assert 'Add the line callbacks_enabled = gpufleet.cluster.interrupt under [defaults] in your ansible.cfg' in said
+    assert said.index("callbacks_enabled = gpufleet.cluster.interrupt") < said.index("TASK [gpufleet.cluster.job : Launch")
+    assert "Using the embedded demo inventory" not in said
+    assert BIN not in done.args[0]
