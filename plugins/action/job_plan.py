@@ -143,6 +143,9 @@ class ActionModule(ActionBase):
         problem = containers.mode_problem(chosen_launcher, chosen_scheduler) if container else ""
         if problem:
             raise plan.PlanError(problem)
+        if container:
+            container_images.check_settings(
+                nodes, lambda host, variable: self._templar.template(hostvars[host].get(variable)))
         return {
             "job": job,
             "run_id": run_id,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tarfile
 from collections import Counter
 from typing import Any, Mapping, Sequence
@@ -25,6 +26,17 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
 
 PULL_POLICIES = ("missing", "always", "never")
+# The resources docker run --ulimit and podman run --ulimit take (the names of setrlimit's RLIMIT_*).
+ULIMIT_NAMES = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
+                "rtprio", "rttime", "sigpending", "stack")
+# name=soft[:hard], each a number or -1 (unlimited).
+ULIMIT_RE = re.compile(r"^(?P<name>[a-z]+)=-?[0-9]+(:-?[0-9]+)?$")
+# host:container[:options]: a host path or a named volume, an absolute path inside, options such as ro,z.
+VOLUME_RE = re.compile(r"^[^:\s]+:/[^:\s]*(:[A-Za-z]+(,[A-Za-z]+)*)?$")
+# The list-valued container settings, each with the form of one item (None: any string).
+SETTINGS = {"gpufleet_container_volumes": (VOLUME_RE, "host:container[:options], e.g. /data:/data:ro"),
+            "gpufleet_container_ulimits": (ULIMIT_RE, "name=soft[:hard], e.g. memlock=-1:-1"),
+            "gpufleet_container_run_args": (None, "")}
 
 
 def image_id(value: Any) -> str:
@@ -85,6 +97,34 @@ def plan_container(image: Any, archive: Any, engine: Any, pull: Any) -> dict[str
                        image=image or (found["tags"][0] if found["tags"] else found["image_id"]),
                        archive_size=os.path.getsize(path))
     return planned
+
+
+def setting_list(host: str, variable: str, value: Any) -> list[str]:
+    """One node's list-valued container setting, checked item by item; a string is refused, since Ansible would
+    split it on commas (an INI inventory's [group:vars] keeps every value as a string)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        looks = "a string that looks like a list" if value.strip().startswith("[") else "a string"
+        raise PlanError("%s: %s=%r is %s, not a list; an INI inventory keeps [group:vars] values as strings: set it "
+                        "as a YAML list in group_vars/<group>.yml or host_vars/%s.yml" % (host, variable, value, looks, host))
+    if not isinstance(value, (list, tuple)):
+        raise PlanError("%s: %s must be a list, got %r" % (host, variable, value))
+    pattern, form = SETTINGS[variable]
+    for item in value:
+        if not isinstance(item, str):
+            raise PlanError("%s: %s: %r is not a string" % (host, variable, item))
+        matched = pattern.match(item) if pattern else True
+        if not matched or (pattern is ULIMIT_RE and matched.group("name") not in ULIMIT_NAMES):
+            raise PlanError("%s: %s: %r is not of the form %s" % (host, variable, item, form))
+    return [str(item) for item in value]
+
+
+def check_settings(hosts: Sequence[str], read: Any) -> None:
+    """Every node's list-valued container settings (read(host, variable) gives the inventory's value)."""
+    for host in hosts:
+        for variable in SETTINGS:
+            setting_list(host, variable, read(host, variable))
 
 
 def disagreement(held: Mapping[str, Any], hosts: Sequence[str], image: str) -> str:

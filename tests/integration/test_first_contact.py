@@ -151,3 +151,21 @@ def test_train_by_fqcn_from_a_folder_outside_the_checkout(installed, tmp_path):
     assert said.index("callbacks_enabled = gpufleet.cluster.interrupt") < said.index("TASK [gpufleet.cluster.job : Launch")
     assert "Using the embedded demo inventory" not in said
     assert BIN not in done.args[0]
+
+
+def test_an_ini_list_setting_is_refused_before_any_node(local, tmp_path):
+    # A new user's INI inventory: [group:vars] values are strings, so this "list" is one string.
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        "[gpu_nodes]\nnode0 gpufleet_cluster_address=127.0.0.1\nnode1 gpufleet_cluster_address=127.0.0.2\n\n"
+        "[gpu_nodes:vars]\nansible_connection=local\nansible_python_interpreter=%s\n"
+        "gpufleet_container_ulimits='[\"memlock=8192:8192\", \"nofile=20000:20000\"]'\n" % sys.executable)
+    run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "container_image=localhost/train:1",
+                         "-e", "container_engine=podman", inventory=inventory)
+    assert run.rc != 0
+    said = " ".join(run.out.split())
+    assert ("node0: gpufleet_container_ulimits='[\"memlock=8192:8192\", \"nofile=20000:20000\"]' is a string that "
+            "looks like a list, not a list; an INI inventory keeps [group:vars] values as strings") in said.replace('\\"', '"')
+    # The plan refused it: nothing reached a node (no probe ran, no job folder was written).
+    assert "TASK [gpufleet.cluster.job : Probe the nodes" not in run.out
+    assert not list(local.nodes.glob("*/jobs/*"))

@@ -136,3 +136,52 @@ def test_the_report_names_the_container_and_its_exit_code_and_shows_image_column
     header, _rule, row = report.format_table([failed]).splitlines()
     assert header.split()[-3:] == ["image", "container", "log"]
     assert "localhost/train:1 (%s)  gpufleet-j-n1-0123456789ab" % CONFIG_ID[:12] in row
+
+
+@pytest.mark.parametrize("variable, value, expected", [
+    ("gpufleet_container_ulimits", ["memlock=-1:-1", "stack=67108864", "nofile=20000:20000"],
+     ["memlock=-1:-1", "stack=67108864", "nofile=20000:20000"]),
+    ("gpufleet_container_volumes", ["/data:/data:ro", "cache:/root/.cache", "/scratch:/scratch:rw,z"],
+     ["/data:/data:ro", "cache:/root/.cache", "/scratch:/scratch:rw,z"]),
+    ("gpufleet_container_run_args", ["--shm-size=16g", "--user", "1000:1000"], ["--shm-size=16g", "--user", "1000:1000"]),
+    ("gpufleet_container_ulimits", None, []),
+    ("gpufleet_container_volumes", "", []),
+])
+def test_container_setting_lists_pass(variable, value, expected):
+    assert container_images.setting_list("node0", variable, value) == expected
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    # What an INI inventory's [gpu_nodes:vars] gives: the whole list as one string (Ansible would split it on commas).
+    ("gpufleet_container_ulimits", '["memlock=8192:8192", "nofile=20000:20000"]',
+     "node1: gpufleet_container_ulimits='[\"memlock=8192:8192\", \"nofile=20000:20000\"]' is a string that looks "
+     "like a list, not a list; an INI inventory keeps [group:vars] values as strings: set it as a YAML list in "
+     "group_vars/<group>.yml or host_vars/node1.yml"),
+    ("gpufleet_container_volumes", "/data:/data", "node1: gpufleet_container_volumes='/data:/data' is a string, not a list"),
+    ("gpufleet_container_run_args", {"a": 1}, "node1: gpufleet_container_run_args must be a list, got {'a': 1}"),
+    ("gpufleet_container_ulimits", ["memlock"], "node1: gpufleet_container_ulimits: 'memlock' is not of the form name=soft[:hard]"),
+    ("gpufleet_container_ulimits", ["memlock=lots"], "'memlock=lots' is not of the form name=soft[:hard]"),
+    ("gpufleet_container_ulimits", ["memlocks=1:1"], "'memlocks=1:1' is not of the form name=soft[:hard]"),
+    ("gpufleet_container_ulimits", ['["memlock=8192:8192"'], "'[\"memlock=8192:8192\"' is not of the form"),
+    ("gpufleet_container_volumes", ["/data"], "node1: gpufleet_container_volumes: '/data' is not of the form host:container[:options]"),
+    ("gpufleet_container_volumes", ["/data:data"], "'/data:data' is not of the form host:container[:options]"),
+    ("gpufleet_container_volumes", ["/data:/data:ro:z"], "'/data:/data:ro:z' is not of the form"),
+    ("gpufleet_container_run_args", [1], "node1: gpufleet_container_run_args: 1 is not a string"),
+])
+def test_container_setting_lists_refused(variable, value, message):
+    with pytest.raises(PlanError) as raised:
+        container_images.setting_list("node1", variable, value)
+    assert message in str(raised.value)
+
+
+def test_every_node_and_setting_is_checked():
+    values = {("node1", "gpufleet_container_volumes"): ["bad"]}
+    asked = []
+
+    def read(host, variable):
+        asked.append((host, variable))
+        return values.get((host, variable))
+
+    with pytest.raises(PlanError, match="node1: gpufleet_container_volumes: 'bad'"):
+        container_images.check_settings(["node0", "node1"], read)
+    assert ("node0", "gpufleet_container_run_args") in asked and ("node1", "gpufleet_container_volumes") in asked
