@@ -72,8 +72,8 @@ def test_verify_names_the_node_and_roles_when_nccl_tests_is_missing(cluster, pro
     text = " ".join(run.out.replace("''", "'").split())
     assert run.rc != 0
     for node in cluster.nodes:
-        assert ("%s: /opt/not-built/current/src/build/all_reduce_perf missing; run ansible-playbook "
-                "playbooks/provision.yml --tags mpi,nccl_tests first" % node) in text, run.out[-3000:]
+        assert ("%s: /opt/not-built/current/src/build/all_reduce_perf missing; run ansible-playbook -i "
+                "<inventory> playbooks/provision.yml --tags mpi,nccl_tests first" % node) in text, run.out[-3000:]
     assert "Run all_reduce_perf across all nodes" not in run.out
 
 

@@ -107,7 +107,8 @@ BAD_INPUTS = [
     ("nproc_per_node above the GPU count", "train.yml", TRAIN + ["-e", "nproc_per_node=2"], None, _fake_one_gpu,
      "node0: nproc_per_node=2 is more than the 1 GPUs nvidia-smi lists on the node"),
     ("master port in use", "train.yml", TRAIN + ["-e", "master_port=%(port)s"], None, _listen,
-     "node0: master_port=%(port)s is already in use on the master node"),
+     "node0: master_port=%(port)s is already in use on the master node; omit master_port to have a free port "
+     "chosen, or name another"),
     ("env name not an identifier", "train.yml", TRAIN + ["-e", '{"gpufleet_env": {"1BAD": "x"}}'], None, None,
      "gpufleet_env: '1BAD' is not a valid environment variable name"),
     ("secret env name not an identifier", "train.yml", TRAIN + ["-e", '{"gpufleet_secret_env": {"A-B": "x"}}'], None,

@@ -1,6 +1,7 @@
 """Every module of the collection documents itself: ansible-doc renders it, with examples and return values."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -27,3 +28,63 @@ def test_ansible_doc_renders_the_other_plugins(kind, name):
                            "gpufleet.cluster.%s" % name], cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gpufleet.cluster.%s" % name]["doc"]["short_description"]
+
+
+DOCS = sorted(
+    [os.path.join(REPO, name) for name in ("README.md", "CONTRIBUTING.md")]
+    + [os.path.join(folder, name) for folder, _dirs, names in os.walk(os.path.join(REPO, "docs"))
+       for name in names if name.endswith(".md")]
+    + [os.path.join(REPO, "roles", role, "README.md") for role in os.listdir(os.path.join(REPO, "roles"))])
+# A command that runs one of the collection's playbooks: by its path in a checkout or by its FQCN.
+PLAYBOOK_COMMAND = re.compile(r"ansible-playbook\b(?P<args>[^`\n]*?)\b(playbooks/[a-z_]+\.yml|gpufleet\.cluster\.[a-z_]+)")
+
+
+def playbook_commands(text):
+    """Each ansible-playbook command line that names a playbook, with its continuation lines."""
+    found = []
+    for match in re.finditer(r"ansible-playbook\b[^\n]*(?:\\\n[^\n]*)*", text):
+        if PLAYBOOK_COMMAND.search(match.group(0).replace("\\\n", " ")):
+            found.append(match.group(0))
+    return found
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda path: os.path.relpath(path, REPO))
+def test_every_command_for_servers_names_the_inventory(path):
+    with open(path) as handle:
+        commands = playbook_commands(handle.read())
+    assert [command for command in commands if not re.search(r"(^|\s)-i\s", command)] == []
+
+
+def test_the_check_finds_a_command_without_inventory():
+    assert playbook_commands("run `ansible-playbook playbooks/train.yml -e script=x.py` now")
+    assert playbook_commands("    ansible-playbook gpufleet.cluster.verify \\\n        -e pairwise=true\n")
+    assert not re.search(r"(^|\s)-i\s", playbook_commands("ansible-playbook playbooks/stop.yml -e job=x")[0])
+
+
+def table_names(path, pattern):
+    """The first column's names of the Markdown tables in path that match pattern."""
+    with open(os.path.join(REPO, path)) as handle:
+        return set(re.findall(r"^\| `%s` \|" % pattern, handle.read(), re.M))
+
+
+def test_the_readme_lists_every_playbook():
+    playbooks = {name for name in os.listdir(os.path.join(REPO, "playbooks")) if name.endswith(".yml")}
+    assert table_names("README.md", r"([a-z_]+\.yml)") == playbooks
+
+
+def test_the_contributor_guide_lists_every_module():
+    assert table_names("CONTRIBUTING.md", r"([a-z_]+)") >= set(MODULES)
+    listed = re.findall(r"^\| `([a-z_]+)` \| (?:node|controller) \|", open(os.path.join(REPO, "CONTRIBUTING.md")).read(), re.M)
+    assert sorted(listed) == MODULES
+
+
+def test_the_inventory_page_lists_every_gpufleet_variable_the_collection_reads():
+    read = set()
+    for top in ("roles", "playbooks", "plugins"):
+        for folder, _dirs, names in os.walk(os.path.join(REPO, top)):
+            for name in names:
+                if name.endswith((".yml", ".py", ".j2")):
+                    with open(os.path.join(folder, name)) as handle:
+                        read.update(re.findall(r"\b(gpufleet_[a-z0-9_]+)", handle.read()))
+    assert read, "no gpufleet_* variable found: the scan is broken"
+    assert table_names("docs/inventory.md", r"(gpufleet_[a-z0-9_]+)") == read
