@@ -47,7 +47,7 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_handler_task_start(self, task) -> None:
         self._start(task)
 
-    def _result(self, result) -> None:
+    def _result(self, result, **_kwargs) -> None:
         if self._tasks:
             self._tasks[-1]["end"] = time.time()
             self._tasks[-1]["hosts"] += 1

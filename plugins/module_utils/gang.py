@@ -121,6 +121,18 @@ class Gang:
                 found.append(rank)
         return found
 
+    def never_heard(self, ranks: list[int]) -> list[int]:
+        """Those of ranks whose heartbeat never arrived here."""
+        return [rank for rank in ranks if rank not in self.heard]
+
+    def waited_s(self) -> float:
+        """How long this node has been in the gang (listening for its peers)."""
+        return self.clock() - self.started
+
+    def silent_s(self, rank: int) -> float:
+        """How long since peer rank's last heartbeat arrived here (since the join if it never did)."""
+        return self.clock() - self.heard.get(rank, self.started)
+
     def last_heard_wall(self, rank: int) -> float:
         """When peer rank was last heard, as wall-clock time (its join started this node's wait if never)."""
         heard = self.heard.get(rank, self.started)

@@ -265,15 +265,32 @@ class Supervisor:
         lost = self.gang.lost()
         if lost:
             self._note_lost(lost)
-            host = self.gang.host(lost[0])
-            return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for "
-                              "%.0f s" % (host, lost[0], self.gang.lost_after_s), host)
+            return self._lost_reason(lost)
         if self.hang_timeout_s:
             silences = [self._silence_s()] + [self.gang.silence_s(rank) for rank in self.gang.peers()]
             if all(s is not None and s >= self.hang_timeout_s for s in silences):
                 return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
                                   % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
         return None
+
+    def _lost_reason(self, lost: list[int]) -> StopReason:
+        """Why this node stops for lost peers: those never heard since the join (a port the firewall drops, a node
+        that never started) are named with the UDP port and the wait; else the first that fell silent, and for how
+        long."""
+        gang = self.gang
+        if not isinstance(gang, Gang):  # a lone node has no peers to lose
+            raise TypeError("no gang to have lost a peer of")
+        never = gang.never_heard(lost)
+        if never:
+            host = gang.host(never[0])
+            return StopReason(JobState.STOPPED, "stopped by gpufleet: no heartbeat from %s arrived at this node's UDP "
+                              "port %d in the %.1f s it waited (join_timeout_s=%g): the UDP port must be open "
+                              "between every pair of nodes, and each of those nodes' supervisor started"
+                              % (", ".join("%s (node_rank %d)" % (gang.host(rank), rank) for rank in never),
+                                 gang.port, gang.waited_s(), gang.join_timeout_s), host)
+        host = gang.host(lost[0])
+        return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s "
+                          "(UDP port %d)" % (host, lost[0], gang.silent_s(lost[0]), gang.port), host)
 
     def _note_lost(self, ranks: list[int]) -> None:
         """Record when each lost peer was last heard (wall clock): the report orders failures by it."""

@@ -23,3 +23,40 @@ def job_ports(given: Any, master_probe: Mapping[str, Any], force: bool) -> dict[
     restart_ports = (running.get("restart_ports") if keep and running.get("restart_ports")
                      else master_probe.get("free_ports") or [])
     return {"master_port": master_port, "restart_ports": list(restart_ports)}
+
+
+def _firewall_hint(port: int, protocol: str) -> str:
+    return ("open it in the node's firewall, e.g. firewall-cmd --permanent --add-port=%d/%s && firewall-cmd --reload, "
+            "or iptables -I INPUT -p %s --dport %d -j ACCEPT" % (port, protocol, protocol, port))
+
+
+def port_problems(listeners: Mapping[str, Any], probes: Mapping[str, Any], master_host: str,
+                  port: int) -> dict[str, str]:
+    """The first problem of each node from the port check's reports (module_utils/port_check.py), by host.
+
+    listeners and probes map each host to its listen and probe results. A node whose UDP port does not answer the
+    others is named with the nodes it did not answer (heartbeats); the master is named when its TCP port (the
+    rendezvous) refuses or drops the others' connections; a port that is taken on a node is named as such."""
+    problems: dict[str, str] = {}
+    for host, listened in listeners.items():
+        if listened.get("udp_error"):
+            problems[host] = ("%s: UDP port %d (the supervisors' heartbeats) cannot be used on the node: %s; omit "
+                              "master_port to have a free port chosen, or name another" % (host, port, listened["udp_error"]))
+    unanswered: dict[str, list[str]] = {}
+    for sender, probed in sorted(probes.items()):
+        for target in probed.get("udp_unanswered") or []:
+            unanswered.setdefault(target, []).append(sender)
+    for target, senders in sorted(unanswered.items()):
+        if target not in problems:
+            problems[target] = ("%s: UDP port %d (the supervisors' heartbeats) does not answer %s; %s"
+                                % (target, port, ", ".join(senders), _firewall_hint(port, "udp")))
+    refused = {sender: probed["tcp_error"] for sender, probed in sorted(probes.items()) if probed.get("tcp_error")}
+    listened_master = listeners.get(master_host) or {}
+    if listened_master.get("tcp_error") and master_host not in problems:
+        problems[master_host] = ("%s: TCP port %d (the rendezvous) cannot be used on the master: %s"
+                                 % (master_host, port, listened_master["tcp_error"]))
+    elif refused and master_host not in problems:
+        problems[master_host] = ("%s: TCP port %d (the rendezvous) on the master does not accept connections from %s; %s"
+                                 % (master_host, port, ", ".join("%s (%s)" % item for item in refused.items()),
+                                    _firewall_hint(port, "tcp")))
+    return problems

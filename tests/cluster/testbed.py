@@ -53,7 +53,8 @@ DEEPSPEED_DEPS = ["einops==0.8.2", "hjson==3.1.0", "msgpack==1.2.4", "ninja==1.1
                   "typing-inspection==0.4.5", "tqdm==4.70.1", "packaging==26.3"]
 # What the test inventory adds to python_env's default (torch==2.13.0).
 NODE_EXTRA_PACKAGES = ["numpy==2.4.6", DEEPSPEED]
-SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg"]
+SYSTEM_PACKAGES = ["podman", "runc", "debootstrap", "uidmap", "slirp4netns", "openssh-client", "catatonit", "gnupg",
+                   "iptables"]
 
 # Runs as each container's command, under a real init (catatonit, podman --init) that reaps orphans as a
 # server's init does: sshd as a daemon with a pid file (so a test can stop sshd alone), on the port in

@@ -8,6 +8,7 @@ tests/cluster/test_supervision.py.
 """
 
 import os
+import re
 import signal
 import socket
 import time
@@ -148,7 +149,13 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
     jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
     final = wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED and jobs.status(path), timeout=15)
     assert final["state"] == "stopped"
-    assert "n1 (node_rank 1) lost" in final["stop_reason"]
+    # Who was never heard, on which UDP port, how long this node waited, and what to check.
+    found = re.search(r"no heartbeat from n1 \(node_rank 1\) arrived at this node's UDP port (\d+) in the ([\d.]+) s "
+                      r"it waited \(join_timeout_s=1.5\): the UDP port must be open between every pair of nodes",
+                      final["stop_reason"])
+    assert found, final["stop_reason"]
+    assert int(found.group(1)) == spec.master_port
+    assert 1.5 <= float(found.group(2)) < 5
 
 
 def test_forged_heartbeats_are_ignored(gang):

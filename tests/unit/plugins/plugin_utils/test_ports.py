@@ -33,3 +33,64 @@ def test_a_running_job_without_relaunch_ports_gets_free_ones():
 def test_the_filter_reads_force_as_the_role_passes_it():
     assert job_ports(None, RUNNING, "true")["master_port"] == 41000
     assert job_ports(None, RUNNING, "false")["master_port"] == 29500
+
+
+# The port check's reports (module_utils/port_check.py) as the controller reads them: which node, port and protocol.
+from ansible_collections.gpufleet.cluster.plugins.filter.port_problems import port_problems  # noqa: E402
+
+LISTENED = {"node0": {"udp_error": "", "tcp_error": ""}, "node1": {"udp_error": ""}, "node2": {"udp_error": ""}}
+PROBED_OK = {"node0": {"udp_unanswered": [], "tcp_error": ""},
+             "node1": {"udp_unanswered": [], "tcp_error": ""},
+             "node2": {"udp_unanswered": [], "tcp_error": ""}}
+
+
+def test_every_port_answered_is_no_problem():
+    assert port_problems(LISTENED, PROBED_OK, "node0", 29500) == {}
+
+
+def test_a_node_whose_udp_port_answers_nobody_is_named_with_the_nodes_it_did_not_answer_and_the_rule():
+    probed = dict(PROBED_OK, node0={"udp_unanswered": ["node2"], "tcp_error": ""},
+                  node1={"udp_unanswered": ["node2"], "tcp_error": ""})
+    problems = port_problems(LISTENED, probed, "node0", 29500)
+    assert list(problems) == ["node2"]
+    assert problems["node2"] == (
+        "node2: UDP port 29500 (the supervisors' heartbeats) does not answer node0, node1; open it in the node's "
+        "firewall, e.g. firewall-cmd --permanent --add-port=29500/udp && firewall-cmd --reload, or iptables -I INPUT "
+        "-p udp --dport 29500 -j ACCEPT")
+
+
+def test_a_master_whose_tcp_port_drops_connections_is_named_with_who_could_not_connect():
+    probed = dict(PROBED_OK, node1={"udp_unanswered": [], "tcp_error": "no answer within 3 s (the packets are dropped)"},
+                  node2={"udp_unanswered": [], "tcp_error": "no answer within 3 s (the packets are dropped)"})
+    problems = port_problems(LISTENED, probed, "node0", 29500)
+    assert list(problems) == ["node0"]
+    assert problems["node0"].startswith(
+        "node0: TCP port 29500 (the rendezvous) on the master does not accept connections from node1 (no answer "
+        "within 3 s (the packets are dropped)), node2 (")
+    assert "firewall-cmd --permanent --add-port=29500/tcp" in problems["node0"]
+
+
+def test_a_port_taken_on_a_node_says_what_to_do_rather_than_blame_a_firewall():
+    listened = dict(LISTENED, node1={"udp_error": "[Errno 98] Address already in use"})
+    probed = dict(PROBED_OK, node0={"udp_unanswered": ["node1"], "tcp_error": ""})
+    problems = port_problems(listened, probed, "node0", 29500)
+    assert problems == {"node1": "node1: UDP port 29500 (the supervisors' heartbeats) cannot be used on the node: "
+                                 "[Errno 98] Address already in use; omit master_port to have a free port chosen, "
+                                 "or name another"}
+    listened = dict(LISTENED, node0={"udp_error": "", "tcp_error": "[Errno 98] Address already in use"})
+    assert "TCP port 29500 (the rendezvous) cannot be used on the master" in port_problems(
+        listened, PROBED_OK, "node0", 29500)["node0"]
+
+
+def test_both_protocols_blocked_name_both_nodes_once_each():
+    probed = {"node0": {"udp_unanswered": ["node1"], "tcp_error": ""},
+              "node1": {"udp_unanswered": [], "tcp_error": "ECONNREFUSED (Connection refused)"},
+              "node2": {"udp_unanswered": ["node1"], "tcp_error": ""}}
+    problems = port_problems(LISTENED, probed, "node0", "29500")
+    assert sorted(problems) == ["node0", "node1"]
+    assert "UDP port 29500" in problems["node1"] and "TCP port 29500" in problems["node0"]
+
+
+def test_reports_of_skipped_or_missing_hosts_are_read_as_empty():
+    assert port_problems({"node0": {"skipped": True}}, {"node0": {"skipped": True}}, "node0", 29500) == {}
+    assert port_problems(None, None, "node0", 29500) == {}
