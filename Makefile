@@ -7,10 +7,10 @@ STAMP := $(VENV)/.gpufleet-installed
 PYTEST_ARGS ?=
 
 # Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md).
-SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg
+SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables
 
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
-	bench-gang-stop bench-scale collection clean
+	bench-gang-stop bench-scale collection clean docs
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
@@ -69,8 +69,17 @@ cluster: venv system-packages
 molecule: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/molecule test
 
+# ansible-lint; antsibull-docs's lint of every plugin doc and argument spec; the docsite built from them
+# (warnings are errors), and the changelog's fragments.
 lint: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/ansible-lint --profile production
+	cd collections/ansible_collections/gpufleet/cluster && PATH=$(abspath $(BIN)):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/collections \
+	  $(abspath $(BIN))/antsibull-docs lint-collection-docs --plugin-docs .
+	PATH=$(abspath $(BIN)):$$PATH scripts/build-docsite.sh
+	cd collections/ansible_collections/gpufleet/cluster && $(abspath $(BIN))/antsibull-changelog lint
+
+docs: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH scripts/build-docsite.sh
 
 sanity: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH tests/sanity/run.sh
