@@ -110,6 +110,8 @@ class GangWait:
 
     def run(self, tail: int) -> dict:
         """Until this node's part ends; then its final state, with the log's last `tail` lines."""
+        if self.progress:  # its own line: the task's banner may come only with the task's result
+            self.say("  waiting for the job on every node; the master's last log line every %.0f s:" % self.progress_s)
         while True:
             state = self.poll()
             if state in JobState.WAIT_ENDED:

@@ -53,8 +53,9 @@ class Cluster:
                  inventory: str | None = None) -> PlaybookRun:
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
                os.path.join(REPO, "playbooks", name), *args]
+        # The tests read every task's outcome, skipped ones too (the checkout's ansible.cfg hides those from users).
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+                   ANSIBLE_DISPLAY_SKIPPED_HOSTS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
         if fresh_connections:
             # New SSH connections: a persistent master from an earlier run would still reach a node whose sshd
             # was stopped, through its already open session, and one to a node that a test cut off or
@@ -79,8 +80,8 @@ class Cluster:
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
                os.path.join(REPO, "playbooks", name), *args]
         env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
-                   ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))
+                   ANSIBLE_DISPLAY_SKIPPED_HOSTS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+                   PYTHONUNBUFFERED="1", ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))
         path = os.path.join(self.state, log_name)
         handle = open(path, "w")  # pylint: disable=consider-using-with
         proc = subprocess.Popen(cmd, cwd=self.state, env=env, stdout=handle, stderr=subprocess.STDOUT,

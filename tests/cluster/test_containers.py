@@ -77,7 +77,8 @@ class LocalContainers:
         if inventory:
             cmd[1:1] = ["-i", str(inventory)]
         cmd += list(args)
-        env = dict(engine_env(), ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+        env = dict(engine_env(), ANSIBLE_NOCOLOR="1", ANSIBLE_DISPLAY_SKIPPED_HOSTS="1",
+                   PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
         started = time.monotonic()
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         out = done.stdout + done.stderr

@@ -102,7 +102,8 @@ def test_progress_says_a_new_attempt_and_changed_lines_only(tmp_path, monkeypatc
                     job("succeeded"))
     wait, said = gang_wait(tmp_path, node, progress=True, progress_s=0)
     wait.run(tail=0)
-    assert [line.split("] ", 1)[1] for line in said] == [
+    assert said[0] == "  waiting for the job on every node; the master's last log line every 0 s:"
+    assert [line.split("] ", 1)[1] for line in said[1:]] == [
         "epoch 1", "the job failed; attempt 2 of 2 on master port 29501"]
 
 
@@ -137,5 +138,6 @@ def test_progress_says_slurm_s_queue_state_as_it_changes_then_the_start(tmp_path
                     job("running", last_line="epoch 1"), job("succeeded"))
     wait, said = gang_wait(tmp_path, node, progress=True, progress_s=0)
     wait.run(tail=0)
-    assert [line.split("] ", 1)[1] for line in said] == [
+    assert said[0].startswith("  waiting for the job on every node")
+    assert [line.split("] ", 1)[1] for line in said[1:]] == [
         "Slurm job 7: pending", "Slurm job 7: pending (Resources)", "Slurm job 7 started", "epoch 1"]
