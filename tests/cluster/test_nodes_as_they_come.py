@@ -67,13 +67,30 @@ def raw_cluster(cluster):
     info = testbed.start_nodes(cluster.state, RAW, name="raw.yml")
     try:
         raw = Cluster(info, cluster.state)
+        # As a new user's first command on bare Debian nodes (README, quickstart step 3), before anything installed
+        # python3-apt: read by test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed.
+        raw.bare_check = raw.playbook("provision.yml", "--check", "--diff")
         run = raw.playbook("provision.yml", "--tags", "python_env", "-e", '{"python_env_extra_packages": []}')
         assert run.rc == 0, run.out[-3000:]
         packages = raw.host(raw.nodes[0]).check_output("/opt/gpufleet/venv/bin/python -m pip list --format=freeze")
-        assert "torch==2.13.0" in packages.split() and "numpy" not in packages and "deepspeed" not in packages
+        installed = [line.split("+")[0] for line in packages.split()]  # torch==2.13.0+cpu: the wheel's local tag
+        assert "torch==2.13.0" in installed and "numpy" not in packages and "deepspeed" not in packages, packages
         yield raw
     finally:
         testbed.remove_nodes(RAW)
+
+
+def test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed(raw_cluster):
+    """Ansible's apt module cannot compare package states without python3-apt in check mode: provision.yml --check
+    says so for every node before anything is compared, instead of failing at the first apt handler."""
+    run = raw_cluster.bare_check
+    assert run.rc != 0
+    said = " ".join(run.out.split())
+    for node in raw_cluster.nodes:
+        assert ("%s: provision.yml --check needs python3-apt on the node (Ansible's apt module reads package states "
+                "through it in check mode) and the node has none; nothing was changed." % node) in said, said[-3000:]
+    assert "python3-apt must be installed to use check mode" not in said  # the apt module's own error, later
+    assert "changed: [" not in run.out and "--- before" not in run.out
 
 
 def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):

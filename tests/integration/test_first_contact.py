@@ -64,6 +64,23 @@ def test_train_says_it_uses_the_embedded_demo_inventory(local):
     assert said.index("Using the embedded demo inventory") < said.index("does not exist on the controller")
 
 
+def test_a_role_run_from_a_users_own_playbook_refuses_this_machine_without_allow_local(local, tmp_path):
+    """The roles that change nodes carry the guard themselves (roles/local_guard), for playbooks gpufleet did not
+    write: the role fails before any task of its own, naming the role and the host."""
+    playbook = tmp_path / "my_site.yml"
+    playbook.write_text("- hosts: gpu_nodes\n  gather_facts: false\n  roles:\n    - gpufleet.cluster.etc_hosts\n")
+    run = local.playbook(str(playbook))
+    assert run.rc != 0
+    said = " ".join(run.out.split())
+    assert ("gpufleet.cluster.etc_hosts would change node0, which is this machine (ansible_connection=local); "
+            "nothing was changed. Pass -i <your inventory> to name your servers, or -e allow_local=true") in said, said
+    assert "changed=0" in run.out and "changed: [" not in run.out
+    assert "Validating arguments against arg spec 'main' - Map every node" not in run.out  # before the role's own
+    allowed = local.playbook(str(playbook), "-e", "allow_local=true", "--check")
+    assert "would change node0" not in allowed.out
+    assert "Validating arguments against arg spec 'main' - Map every node" in allowed.out
+
+
 @pytest.mark.parametrize("args, inventory, message", [
     (["-e", "allow_local=maybe"], None, "argument 'allow_local' is of type str and we were unable to convert to bool"),
     (["-i", "/no/such/inventory.yml"], None,
@@ -151,6 +168,24 @@ def test_train_by_fqcn_from_a_folder_outside_the_checkout(installed, tmp_path):
     assert said.index("callbacks_enabled = gpufleet.cluster.interrupt") < said.index("TASK [gpufleet.cluster.job : Launch")
     assert "Using the embedded demo inventory" not in said
     assert BIN not in done.args[0]
+    # Without the checkout's display_skipped_hosts=false, the steps that do not apply (a container image, Slurm)
+    # still show one skipped line per node each, not one per task of theirs.
+    assert "TASK [gpufleet.cluster.job : Put the same container image on every node" in out
+    assert "Copy the image archive" not in out and "Ask Slurm for its nodes" not in out
+
+
+def test_the_checkout_shows_what_happened_and_no_skipped_tasks(local):
+    run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=quiet-demo",
+                         "-e", "script_args='--epochs 2'")
+    assert run.rc == 0, run.out[-3000:]
+    assert "skipping:" not in run.out
+    for task in ("Put the same container image on every node", "Check the job against Slurm's nodes",
+                 "Submit the job to Slurm"):
+        assert task not in run.out
+    # The wait says what it is doing before its task's banner (printed with the task's result, at the end).
+    said = run.out.split("TASK [gpufleet.cluster.job : Launch the job", 1)[1]
+    assert said.index("waiting for the job on every node") < said.index("TASK [gpufleet.cluster.job : Wait for the end")
+    assert "node0  0     succeeded" in run.out
 
 
 def test_an_ini_list_setting_is_refused_before_any_node(local, tmp_path):

@@ -126,7 +126,8 @@ BAD_INPUTS = [
     ("python missing on the nodes", "train.yml", TRAIN + ["-e", "gpufleet_python=/no/such/python"], None, None,
      "node0: gpufleet_python=/no/such/python was not found or does not run on the node"),
     ("wheelhouse missing on the nodes", "../tests/integration/playbooks/python_env_alone.yml",
-     ["-e", "python_env_wheelhouse=/no/such/wheelhouse", "-e", "python_env_path=%(root)s/venv"], None, None,
+     ["-e", "allow_local=true", "-e", "python_env_wheelhouse=/no/such/wheelhouse", "-e", "python_env_path=%(root)s/venv"],
+     None, None,
      "node0: python_env_wheelhouse=/no/such/wheelhouse is not a folder on the node"),
 ]
 
