@@ -7,12 +7,14 @@
   127.0.1.1) get only a Python with torch (provision.yml --tags python_env), and train.yml must work there.
 """
 
+import os
 import re
+import subprocess
 
 import pytest
 
 import testbed
-from harness import REPO, Cluster
+from harness import BIN, REPO, Cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -70,6 +72,12 @@ def raw_cluster(cluster):
         # As a new user's first command on bare Debian nodes (README, quickstart step 3), before anything installed
         # python3-apt: read by test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed.
         raw.bare_check = raw.playbook("provision.yml", "--check", "--diff")
+        # Then as the README says: python3-apt first, and --check again, before anything else was installed.
+        apt = subprocess.run([os.path.join(BIN, "ansible"), "-i", raw.inventory, "gpu_nodes", "-b", "-m",
+                              "ansible.builtin.apt", "-a", "name=python3-apt"], cwd=raw.state, capture_output=True,
+                             text=True, check=False, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")))
+        assert apt.returncode == 0, apt.stdout[-3000:] + apt.stderr[-3000:]
+        raw.bare_check_with_apt = raw.playbook("provision.yml", "--check", "--diff")
         run = raw.playbook("provision.yml", "--tags", "python_env", "-e", '{"python_env_extra_packages": []}')
         assert run.rc == 0, run.out[-3000:]
         packages = raw.host(raw.nodes[0]).check_output("/opt/gpufleet/venv/bin/python -m pip list --format=freeze")
@@ -91,6 +99,27 @@ def test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed(raw_cluster)
                 "through it in check mode) and the node has none; nothing was changed." % node) in said, said[-3000:]
     assert "python3-apt must be installed to use check mode" not in said  # the apt module's own error, later
     assert "changed: [" not in run.out and "--- before" not in run.out
+
+
+def test_check_mode_on_bare_nodes_with_python3_apt_runs_through_and_says_what_it_cannot_compare(raw_cluster):
+    """NVIDIA's repository is not on bare nodes yet, so apt cannot compare its packages in check mode: each NVIDIA
+    role says so and ends its check there instead of failing with "No package matching"; python_env likewise
+    without python3-venv and python3-packaging, nccl_tests has no folder to unpack into; nothing is changed."""
+    run = raw_cluster.bare_check_with_apt
+    assert run.rc == 0, run.out[-4000:]
+    said = " ".join(run.out.split())
+    for node in raw_cluster.nodes:
+        for role in ("cuda_toolkit", "nccl"):
+            # (the callback doubles the apostrophe of "role's" in its quoted YAML)
+            assert ("%s: the repository is not set up on the node yet (a real run adds it first), so check mode cannot "
+                    "compare the %s role" % (node, role)) in said, said[-4000:]
+        assert ("%s: python3-venv, python3-packaging would be installed first (a real run does), so check mode cannot "
+                "compare the environment" % node) in said
+    assert "No package matching" not in said and "fatal:" not in run.out
+    for node in raw_cluster.nodes:
+        host = raw_cluster.host(node)
+        assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
+        assert not host.file("/etc/gpufleet").exists
 
 
 def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):
