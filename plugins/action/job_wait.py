@@ -85,6 +85,10 @@ def first_peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | Non
     return min(found, key=lambda s: s.get("ended_at") or float("inf"))
 
 
+# How long a node's final read waits for Slurm to record the job as ended (job_status's slurm_wait_s).
+SLURM_FINAL_WAIT_S = 15.0
+
+
 class GangWait:
     """One node's wait: poll, say what changed, check the other nodes, stop this node's part when they failed.
 
@@ -228,7 +232,9 @@ class ActionModule(ActionBase):
                         return found
                     shell_works = False  # not understood: job_status from now on
                 polls["job_status"] += 1
-                module_args = {"job": job, "jobs_dir": jobs_dir, **({"tail": tail} if tail is not None else {})}
+                module_args: dict[str, Any] = {"job": job, "jobs_dir": jobs_dir}
+                if tail is not None:  # the final read: under Slurm, with the job's final state in Slurm
+                    module_args.update(tail=tail, slurm_wait_s=SLURM_FINAL_WAIT_S)
                 return self._execute_module("gpufleet.cluster.job_status", module_args=module_args,
                                             task_vars=task_vars)
             except AnsibleConnectionFailure as exc:

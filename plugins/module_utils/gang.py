@@ -8,6 +8,7 @@ standard library only, Python 3.8+."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import json
@@ -16,6 +17,23 @@ import socket
 import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults, JobState
+
+
+def bind_own_address(kind: int, address: str, port: int) -> socket.socket:
+    """A socket of kind (UDP, TCP) bound to port at this node's address as the controller knows it; where that is
+    not one of this node's own (NAT, a jump host), on every address. The one bind of the gang and of the port check
+    before launch (port_check.py), so that the check tests what the gang will use."""
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, kind)
+    if kind == socket.SOCK_STREAM:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            sock.close()
+            raise
+        sock.bind(("::" if ":" in address else "0.0.0.0", port))
+    return sock
 
 
 def sign(key: bytes, message: dict) -> bytes:
@@ -59,14 +77,7 @@ class Gang:
         self.started = clock()
         self.heard: dict[int, float] = {}
         self.news: dict[int, dict] = {}
-        self.sock = socket.socket(socket.AF_INET6 if ":" in self.nodes[self.rank][1] else socket.AF_INET,
-                                  socket.SOCK_DGRAM)
-        own = self.nodes[self.rank][1]
-        try:
-            self.sock.bind((own, self.port))
-        except OSError:
-            # The controller's address for this node is not one of its own (NAT, a jump host): listen on all.
-            self.sock.bind(("::" if ":" in own else "0.0.0.0", self.port))
+        self.sock = bind_own_address(socket.SOCK_DGRAM, self.nodes[self.rank][1], self.port)
 
     def peers(self) -> list[int]:
         return [rank for rank in range(len(self.nodes)) if rank != self.rank]

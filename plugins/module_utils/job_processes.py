@@ -46,14 +46,19 @@ def read_json(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def proc_start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+def _proc_stat(pid: int) -> bytes | None:
+    """The /proc/PID/stat line, or None when the process is gone."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as handle:
-            raw = handle.read()
+            return handle.read()
     except OSError:
         return None
-    return start_ticks_of(raw)
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    raw = _proc_stat(pid)
+    return None if raw is None else start_ticks_of(raw)
 
 
 def start_ticks_of(raw: bytes) -> int | None:
@@ -96,6 +101,28 @@ def proc_is_rank(pid: int) -> bool:
     launchers' own processes (torchrun's agent, deepspeed's) do not have it. Unreadable counts as a rank."""
     entries = _proc_environ(pid)
     return entries is None or any(entry.startswith(b"LOCAL_RANK=") for entry in entries)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent's PID (field 4 of /proc/PID/stat), or None when the process is gone."""
+    raw = _proc_stat(pid) or b""
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def _has_local_rank(pid: int) -> bool:
+    entries = _proc_environ(pid)
+    return entries is not None and any(entry.startswith(b"LOCAL_RANK=") for entry in entries)
+
+
+def proc_is_rank_itself(pid: int) -> bool:
+    """True when process pid is a rank and not a rank's own child (a DataLoader worker, a compiler, a shell
+    command): it has LOCAL_RANK and its parent (the launcher's agent or wrapper) does not. A rank's children end
+    in the normal course of training; a rank's end is news."""
+    if not _has_local_rank(pid):
+        return False
+    parent = parent_pid(pid)
+    return parent is None or not _has_local_rank(parent)
 
 
 def run_processes(token: str, exclude: tuple[int, ...] = ()) -> list[int]:

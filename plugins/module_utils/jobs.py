@@ -80,13 +80,17 @@ def read_spec(path: str) -> dict | None:
     return read_json(os.path.join(path, SPEC_FILE))
 
 
-def status(path: str, tail: int = 0) -> dict:
-    """The job's state on this node, checked against the live processes."""
+def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
+    """The job's state on this node, checked against the live processes; under Slurm, with Slurm's state of the
+    job, waited for up to slurm_wait_s to be final once this node's part has ended (slurm_jobs.query_ended)."""
     result: dict = {"job_dir": path, "log_path": os.path.join(path, LOG_FILE)}
     state = read_json(os.path.join(path, STATE_FILE))
     result.update(state_of(read_spec(path), state, supervisor_alive(state or {})))
-    if (state or {}).get("slurm_job_id"):  # Slurm's state next to gpufleet's
-        result = slurm_jobs.settle(result, slurm_jobs.query(state["slurm_job_id"]))
+    if (state or {}).get("slurm_job_id"):  # Slurm's state next to gpufleet's: its final one once this part ended
+        ended_here = result["state"] in JobState.ENDED
+        slurm = (slurm_jobs.query_ended(state["slurm_job_id"], slurm_wait_s) if ended_here and slurm_wait_s
+                 else slurm_jobs.query(state["slurm_job_id"]))
+        result = slurm_jobs.settle(result, slurm)
     if result["state"] in (JobState.ABSENT, JobState.STARTING, JobState.QUEUED):
         return result
     ended = result.get("ended_at") or time.time()

@@ -27,6 +27,8 @@ import struct
 import tempfile
 import time
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import bind_own_address
+
 try:
     from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 except ImportError:  # pragma: no cover
@@ -52,21 +54,6 @@ def _parse(data: bytes, token: str) -> "Optional[Tuple[str, str]]":
     return parts[2].decode("ascii", "replace"), parts[3].decode("ascii", "replace")
 
 
-def _bind(kind: int, address: str, port: int) -> socket.socket:
-    sock = socket.socket(_family(address), kind)
-    if kind == socket.SOCK_STREAM:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((address, port))
-    except OSError as exc:
-        if exc.errno != errno.EADDRNOTAVAIL:
-            sock.close()
-            raise
-        # The address the controller knows is not one of this node's own (NAT): listen on all, as the gang does.
-        sock.bind(("::" if ":" in address else "0.0.0.0", port))
-    return sock
-
-
 def quit_path(host: str, port: int, token: str) -> str:
     """The file whose presence tells this node's listener to end (the datagram's second path, see quit_listener)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in "%s-%s-%d" % (token, host, port))
@@ -83,7 +70,7 @@ def listen(host: str, address: str, port: int, tcp: bool, token: str, lifetime_s
     heard, tcp_from = set(), set()
     try:
         try:
-            udp = _bind(socket.SOCK_DGRAM, address, port)
+            udp = bind_own_address(socket.SOCK_DGRAM, address, port)
         except OSError as exc:
             result["udp_error"] = str(exc)
             return result
@@ -91,7 +78,7 @@ def listen(host: str, address: str, port: int, tcp: bool, token: str, lifetime_s
         server = None
         if tcp:
             try:
-                server = _bind(socket.SOCK_STREAM, address, port)
+                server = bind_own_address(socket.SOCK_STREAM, address, port)
                 server.listen(64)
                 sockets.append(server)
             except OSError as exc:

@@ -68,6 +68,21 @@ def query(job_id: str, run: Callable[..., subprocess.CompletedProcess] = subproc
     return parse_job((done.stdout or "") + (done.stderr or ""))
 
 
+def query_ended(job_id: str, wait_s: float,
+                run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
+    """Slurm's state of a job whose node part has ended here: asked again (every half second, up to wait_s) while
+    Slurm still has it running or completing (srun returns and the batch script exits a moment after the last
+    supervisor; slurmctld then runs the epilog), so that every node's line of a report shows the job's final state,
+    not the moment before it. Past wait_s, the state as Slurm has it then (a job whose other nodes still run)."""
+    deadline = time.monotonic() + wait_s
+    found = query(job_id, run)
+    while found.get("state") not in ENDED + (GONE, UNKNOWN) and time.monotonic() < deadline:
+        sleep(0.5)
+        found = query(job_id, run)
+    return found
+
+
 def cancel(job_id: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
     """scancel the job (all its steps; Slurm signals them with SIGTERM, then SIGKILL after KillWait); '' when
     done or already ended, else what scancel said."""

@@ -58,6 +58,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     _set_parent_death_signal,
     end_run,
     proc_is_rank,
+    proc_is_rank_itself,
     proc_start_ticks,
     read_json,
     run_processes,
@@ -120,8 +121,10 @@ class Supervisor:
         # The log's size when the attempt started: output beyond it is the attempt's own.
         self.attempt_log_size = -1
         self.next_beat = 0.0
-        # The run's processes, each with a pidfd (Linux 5.3+) that becomes readable the moment it exits.
+        # The run's ranks, each with a pidfd (Linux 5.3+) that becomes readable the moment it exits; the ranks' own
+        # children (DataLoader workers, compilers), which end in the normal course of training, are not watched.
         self.watched: dict[int, int | None] = {}
+        self.rank_children: set[int] = set()
         self.first_exit_at: float | None = None
         self.next_scan = 0.0
         self.attempt_started = time.monotonic()
@@ -189,13 +192,18 @@ class Supervisor:
         })
 
     def _watch(self) -> None:
-        """Start watching the run's new processes (often at first, then every few seconds)."""
+        """Start watching the run's new ranks (often at first, then every few seconds)."""
         now = time.monotonic()
         if now < self.next_scan:
             return
         self.next_scan = now + (0.5 if now - self.attempt_started < 30 else 5.0)
         for pid in run_processes(self.token):
-            if pid in self.watched:
+            if pid in self.watched or pid in self.rank_children:
+                continue
+            if not proc_is_rank_itself(pid):
+                # A rank's child stays one; anything else (the launcher, a rank not yet exec'd) is looked at again.
+                if proc_is_rank(pid):
+                    self.rank_children.add(pid)
                 continue
             try:
                 # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
@@ -207,7 +215,7 @@ class Supervisor:
                 self._exited(pid)  # no pidfd: noticed by polling, to the nearest scan
 
     def _exited(self, pid: int) -> None:
-        """A process of the run has ended: the first such moment is when this node's part began to fail."""
+        """A rank (or the launcher) has ended: the first such moment is when this node's part began to end."""
         if self.first_exit_at is None:
             self.first_exit_at = time.time()
         fd = self.watched.pop(pid, None)
@@ -323,6 +331,7 @@ class Supervisor:
     def _begin_attempt(self) -> None:
         self.last_output = self.attempt_started = time.monotonic()
         self.first_exit_at, self.next_scan = None, 0.0
+        self.rank_children.clear()
         try:
             self.log_size = self.attempt_log_size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
         except OSError:
@@ -371,16 +380,23 @@ class Supervisor:
         self._save(state="running", pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
         stopping: StopReason | None = None
         stopping_since = 0.0
-        killed = False
+        stop_decided_at = float("inf")
+        terminated = killed = False
         while child.poll() is None:
             self._watch()
             self._tick("running")
             if stopping is None:
                 stopping = self._stop_decision()
                 if stopping is not None:
-                    stopping_since = time.monotonic()
+                    stopping_since, stop_decided_at = time.monotonic(), time.time()
                     self._begin_stop(stopping)
-                    self._terminate()
+                    if not self._ending_on_its_own(stopping):
+                        self._terminate()
+                        terminated = True
+            elif not terminated:
+                if time.monotonic() - stopping_since > self.grace_s:
+                    self._terminate()  # the launcher had its grace to end on its own; the usual stop from here
+                    terminated, stopping_since = True, time.monotonic()
             elif not killed and self._grace_over(stopping_since):
                 signal_run(self.token, signal.SIGKILL)
                 killed = True
@@ -409,9 +425,26 @@ class Supervisor:
             "first_exit_at": self.first_exit_at,
             "outcome": "succeeded" if returncode == 0 else "failed",
         }
-        if stopping is not None:
+        if stopping is not None and self._failed_before(stopping, returncode, stop_decided_at):
+            outcome["rank_ended_first"] = True  # the launcher's own end came after the stop: not what failed
+        elif stopping is not None:
             outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
         return outcome
+
+    def _ending_on_its_own(self, stopping: StopReason) -> bool:
+        """Whether the gang's news came while this node's launcher was already ending its part on its own, a rank
+        of it having ended: it is left its grace period to finish (torchrun ends the node's other ranks, then
+        prints which rank failed first and how, which a SIGTERM would cut short)."""
+        return stopping.stopped_for is not None and self.first_exit_at is not None
+
+    def _failed_before(self, stopping: StopReason, returncode: int, stop_decided_at: float) -> bool:
+        """Whether this node's part was failing on its own before the gang's news stopped it: a rank of it had
+        ended before the news came, and its launcher ended in failure. The news then only raced this node's own
+        (a rank dies; a rank on another node fails in a collective a moment later, and its launcher, with no
+        other rank to end, reports first): this node failed, and which failure came first is the report's to
+        decide, by time. A stop the user asked for, or a hang, stays what it is."""
+        return (stopping.stopped_for is not None and returncode != 0 and self.first_exit_at is not None
+                and self.first_exit_at < stop_decided_at)
 
     def _terminate(self) -> None:
         """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes
@@ -526,6 +559,7 @@ class Supervisor:
             signal=self.outcome.get("signal"),
             ended_at=self.outcome["ended_at"],
             first_exit_at=self.outcome.get("first_exit_at"),
+            rank_ended_first=bool(self.outcome.get("rank_ended_first")),
             stop_reason=self.outcome.get("reason") or self.stop_reason,
             stopped_for=self.outcome.get(JobState.STOPPED_FOR),
             gang=gang,

@@ -31,6 +31,14 @@ options:
     description: Number of log lines to return in RV(jobs[].log_tail).
     type: int
     default: 0
+  slurm_wait_s:
+    description:
+      - For a job run by Slurm whose part on this node has ended, how many seconds to wait for Slurm to record
+        the job as ended (its batch script exits, and the epilog runs, a moment after the last node's part), so that
+        RV(jobs[].slurm)'s C(state) is Slurm's final state rather than C(RUNNING) or C(COMPLETING).
+      - train.yml's report asks for 15 seconds; 0 (the default) answers with Slurm's state as it is now.
+    type: float
+    default: 0.0
 seealso:
   - module: gpufleet.cluster.launch
   - module: gpufleet.cluster.job_stop
@@ -104,6 +112,7 @@ def main() -> None:
             "job": {"type": "str"},
             **jobs.jobs_dir_spec(),
             "tail": {"type": "int", "default": 0},
+            "slurm_wait_s": {"type": "float", "default": 0.0},
         },
         supports_check_mode=True,
     )
@@ -113,7 +122,8 @@ def main() -> None:
     names = [params["job"]] if params["job"] else jobs.list_jobs(params["jobs_dir"])
     found = []
     for name in names:
-        entry = jobs.status(jobs.job_dir(params["jobs_dir"], name), tail=params["tail"])
+        entry = jobs.status(jobs.job_dir(params["jobs_dir"], name), tail=params["tail"],
+                            slurm_wait_s=params["slurm_wait_s"])
         entry["job"] = name
         found.append(entry)
     module.exit_json(changed=False, jobs=found)

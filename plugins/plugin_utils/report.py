@@ -162,13 +162,19 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
         parts.append("global rank %s (local rank %s%s) %s" % (root.get("rank"), root.get("local_rank"), where, what))
         if root.get("error") and not root.get("signal"):
             parts.append(": %s" % root["error"])
-    elif cause.get("signal"):
-        parts.append("%s was killed by %s" % (_launcher(cause), cause["signal"]))
     else:
-        parts.append("%s exited with code %s" % (_launcher(cause), cause.get("exit_code")))
+        if cause.get("rank_ended_first"):  # before the news of another node's failure came: then it was stopped
+            parts.append("a rank ended first, and then ")
+        if cause.get("signal"):
+            parts.append("%s was killed by %s" % (_launcher(cause), cause["signal"]))
+        else:
+            parts.append("%s exited with code %s" % (_launcher(cause), cause.get("exit_code")))
     if isinstance(root, Mapping) and cause.get("container") and state not in (JobState.UNREACHABLE, JobState.LOST):
         parts.append("; %s %s" % (_launcher(cause), ("was killed by %s" % cause["signal"]) if cause.get("signal")
                                   else "exited with code %s" % cause.get("exit_code")))
+    later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in JobState.FAILURES]
+    if later:  # often a rank that failed in a collective because the first rank had gone
+        parts.append("; failed after it: %s" % ", ".join(later))
     stopped = [str(r.get("host")) for r in results if r.get("state") == "stopped"]
     if stopped:
         parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))

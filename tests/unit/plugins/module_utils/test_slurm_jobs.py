@@ -42,6 +42,24 @@ def test_scontrol_answers_are_read():
     assert unknown["state"] == slurm_jobs.UNKNOWN and "connect failure" in unknown["error"]
 
 
+def test_an_ended_part_waits_for_slurm_to_record_the_job_ended_and_no_longer():
+    # The race seen in test_slurm: the last supervisor has exited, srun and the batch script not yet.
+    answers = iter(["JobId=6 JobState=RUNNING Reason=None", "JobId=6 JobState=COMPLETING Reason=None",
+                    read_fixture("scontrol_show_job_completed.txt")])
+    calls, slept = [], []
+
+    def run(argv, **_kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, next(answers), "")
+
+    assert slurm_jobs.query_ended("6", 15.0, run=run, sleep=slept.append)["state"] == "COMPLETED"
+    assert len(calls) == 3 and slept == [0.5, 0.5]
+    # A job whose other nodes still run is shown as Slurm has it once wait_s is over.
+    still = slurm_jobs.query_ended("6", wait_s=0.0, run=lambda argv, **_k: subprocess.CompletedProcess(
+        argv, 0, "JobId=6 JobState=RUNNING Reason=None", ""), sleep=slept.append)
+    assert still["state"] == "RUNNING" and slept == [0.5, 0.5]
+
+
 @pytest.mark.parametrize("slurm_state,expected", [
     ("PENDING", JobState.QUEUED), ("RUNNING", JobState.STARTING), ("CANCELLED", JobState.STOPPED),
     ("FAILED", JobState.FAILED), (slurm_jobs.GONE, JobState.STOPPED), (slurm_jobs.UNKNOWN, JobState.QUEUED)])

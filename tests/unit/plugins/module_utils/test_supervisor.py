@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     supervisor_alive,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
@@ -279,3 +280,49 @@ def test_a_lone_node_is_a_gang_with_no_peers():
     os.close(read_end)
     assert seen == [4242] and time.monotonic() - started < 5.0
     assert lone.peers() == [] and lone.lost() == [] and gang_failure(lone, 1) is None
+
+
+# A stand-in launcher: the rank (LOCAL_RANK, as every launcher gives its ranks) runs under a launcher process without
+# it, as under torchrun's agent. The launcher outlives its rank's end for a while, as torchrun does while it ends the
+# node's other ranks.
+RANK_DIES_FIRST = ("echo started; LOCAL_RANK=0 bash -c 'sleep 2; echo rank 0 fails; exit 5'\n"
+                   "echo launcher ending the other ranks; sleep 10; exit 1\n")
+RANK_FAILS_LATER = "echo started; sleep 3.5; LOCAL_RANK=0 bash -c 'echo rank 1 fails in a collective; exit 3'; exit 3\n"
+
+
+def test_a_node_whose_rank_died_first_is_the_failure_even_when_another_launcher_reports_first(gang):
+    # The race seen in the Slurm test: the rank that died first is on a node whose launcher was still ending its
+    # other ranks when the news of a later failure (a rank on another node, in a collective) came in.
+    g = gang([RANK_DIES_FIRST, RANK_FAILS_LATER])
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["failed", "failed"], ended
+    assert ended[0]["first_exit_at"] < ended[1]["first_exit_at"]
+    message = failure_message("g", [dict(s, host=host) for s, (host, _a) in zip(ended, NODES)])
+    assert message.startswith("job g failed on n0 (node_rank 0): a rank ended first, and then the launcher was killed "
+                              "by SIGTERM; failed after it: n1."), message
+
+
+RANK_WITH_SHORT_LIVED_CHILDREN = ("echo started; LOCAL_RANK=0 bash -c 'while true; do sleep 0.1; echo step; done'\n"
+                                  "exit 1\n")
+
+
+def test_a_rank_s_own_children_ending_is_not_the_node_failing(gang):
+    # DataLoader workers, compilers and shell commands of a rank end all the time: a node whose ranks were well
+    # when another node failed is stopped, not failed, even though its launcher then ends with a non-zero code.
+    g = gang([RANK_WITH_SHORT_LIVED_CHILDREN, "echo started; sleep 3; exit 3\n"])
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["stopped", "failed"], ended
+    assert ended[0]["exit_code"] != 0 and ended[0]["stopped_for"] == "n1"
+
+
+RANK_DIES_THEN_LAUNCHER_REPORTS = ("echo started; LOCAL_RANK=0 bash -c 'sleep 2; exit 5'\n"
+                                   "sleep 3; echo 'launcher: rank 0 failed first, exit code 5'; exit 1\n")
+
+
+def test_a_launcher_already_ending_on_its_own_is_left_its_grace_to_report(gang):
+    # News of n1's failure comes (at about 3 s) while n0's launcher is ending on its own (its rank ended at 2 s; it
+    # reports at 5 s): a SIGTERM then would cut short the launcher's report of which rank failed and how.
+    g = gang([RANK_DIES_THEN_LAUNCHER_REPORTS, "echo started; sleep 3; exit 3\n"], grace_s=8.0)
+    ended = wait_for(g.ended, timeout=30)
+    assert ended[0]["state"] == "failed" and ended[0]["exit_code"] == 1 and not ended[0]["signal"], ended[0]
+    assert "launcher: rank 0 failed first, exit code 5" in open(ended[0]["log_path"]).read()

@@ -48,9 +48,17 @@ def test_first_failure_by_time_and_stopped_nodes_are_not_the_cause():
     message = report.failure_message("train", results)
     first_line = message.splitlines()[0]
     assert first_line.startswith("job train failed on node2 (node_rank 2): global rank 5 (local rank 1) exited with code 3")
-    assert "stopped on the other nodes: node0" in first_line
+    assert "; failed after it: node1; stopped on the other nodes: node0." in first_line
     assert message.splitlines()[1] == "Last 30 lines of node2 (logs/j/node0.log):"
     assert message.splitlines()[2:] == ["x%d" % i for i in range(10, 40)]
+
+
+def test_a_node_whose_rank_ended_before_it_was_stopped_says_so():
+    first = dict(OK, state="failed", exit_code=143, signal="SIGTERM", first_exit_at=2.0, rank_ended_first=True)
+    later = dict(OK, host="node1", node_rank=1, state="failed", exit_code=3, first_exit_at=3.0)
+    assert report.failure_message("j", [first, later]).splitlines()[0] == (
+        "job j failed on node0 (node_rank 0): a rank ended first, and then the launcher was killed by SIGTERM; "
+        "failed after it: node1.")
 
 
 def test_signal_and_unreachable_messages():
