@@ -190,7 +190,7 @@ class GangWait:
         reason = "stopped by gpufleet: %s (node_rank %s) %s" % (
             self.stopped_for["host"], self.stopped_for.get("node_rank"), self.stopped_for["state"])
         self.say("  [%s] %s; stopping this node's part" % (self.host, reason))
-        self.stop(reason, cancel_scheduler=False)
+        self.stop(reason, cancel_scheduler=False, stopped_for=self.stopped_for["host"])
         return True
 
     def final(self, tail: int) -> dict:
@@ -240,11 +240,11 @@ class ActionModule(ActionBase):
             except AnsibleConnectionFailure as exc:
                 return {"failed": True, "msg": str(exc)}
 
-        def stop(reason: str, cancel_scheduler: bool = True) -> None:
+        def stop(reason: str, cancel_scheduler: bool = True, stopped_for: str | None = None) -> None:
             try:
                 self._execute_module("gpufleet.cluster.job_stop",
                                      module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason,
-                                                  "cancel_scheduler": cancel_scheduler},
+                                                  "cancel_scheduler": cancel_scheduler, "stopped_for": stopped_for},
                                      task_vars=task_vars)
             except AnsibleConnectionFailure:
                 pass  # the node is unreachable: its own supervisor is all that can act there

@@ -23,6 +23,19 @@ TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
 PORTS_VAR = "GPUFLEET_PORTS"
 
 
+def stop_request(reason: str, stopped_for: str | None = None) -> str:
+    """The stop request file's text: the reason on its first line; with stopped_for, a second line naming the node
+    whose failure the stop is for (the controller's wait stops a part so when it hears of a failure first)."""
+    return reason.replace("\n", " ") + "\n" + ("stopped_for=%s\n" % stopped_for if stopped_for else "")
+
+
+def read_stop_request(text: str) -> tuple[str, str | None]:
+    """The reason and the node stopped for (or None) in a stop request file's text."""
+    lines = text.splitlines()
+    stopped_for = next((line.partition("=")[2] for line in lines[1:] if line.startswith("stopped_for=")), None)
+    return (lines[0].strip() if lines else ""), (stopped_for or None)
+
+
 class JobState:
     """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
     report name them. The controller side imports these; it keeps no copy.

@@ -45,6 +45,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     STOP_REQUEST_FILE,
     Defaults,
     JobState,
+    stop_request,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
@@ -305,10 +306,12 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
     )
 
 
-def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, cancel_scheduler: bool = True) -> dict:
+def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, cancel_scheduler: bool = True,
+         stopped_for: str | None = None) -> dict:
     """Stop this job's run on this node: only processes that carry its run token are signalled. Under Slurm,
     the Slurm job is cancelled first (unless cancel_scheduler is false: a stop of one node's part because another
-    node failed, which ends the Slurm job by itself, recorded as failed)."""
+    node failed, which ends the Slurm job by itself, recorded as failed). stopped_for names that other node: the
+    supervisor then takes the stop as the gang's (job_states.stop_request)."""
     current = status(path)
     result = {"job_dir": path, "changed": False, "state_before": current["state"]}
     spec = read_spec(path) or {}
@@ -323,7 +326,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     if check_mode:
         result["state"] = "stopped"
         return result
-    write_atomic(os.path.join(path, STOP_REQUEST_FILE), reason + "\n", 0o600)
+    write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for), 0o600)
     slurm_job_id = spec.get("slurm_job_id") if spec.get("scheduler") == "slurm" else None
     if slurm_job_id and (cancel_scheduler or current["state"] == JobState.QUEUED):
         result["scancel"] = slurm_jobs.cancel(slurm_job_id) or "cancelled Slurm job %s" % slurm_job_id

@@ -84,6 +84,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     Defaults,
     JobState,
     StopReason,
+    read_stop_request,
 )
 
 # Seconds between the three final heartbeats a supervisor sends before it exits.
@@ -113,6 +114,7 @@ class Supervisor:
             spec["master_port"] = self.ports[0]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
+        self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
         self.attempt = 1
         self.outcome: dict = {}
@@ -164,7 +166,8 @@ class Supervisor:
         if self.stop_reason is None:
             try:
                 with open(os.path.join(self.job_dir, STOP_REQUEST_FILE)) as handle:
-                    self.stop_reason = handle.read().strip()
+                    self.stop_reason, self.stop_for = read_stop_request(handle.read())
+                self.stop_reason = self.stop_reason or None
             except OSError:
                 pass
             self.stop_reason = self.stop_reason or "stopped by %s" % signal_name(signum)
@@ -252,7 +255,7 @@ class Supervisor:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
         gang's reason."""
         if self.stop_reason is not None:
-            return StopReason(JobState.STOPPED, self.stop_reason, None)
+            return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for)
         return self._gang_stop_reason()
 
     def _begin_stop(self, stop: StopReason) -> None:

@@ -53,6 +53,14 @@ options:
         another node's part failed, so that Slurm records the job as failed, not cancelled.
     type: bool
     default: true
+  stopped_for:
+    description:
+      - The inventory name of the node whose part's failure this stop is for; train.yml's wait sets it when it stops
+        a node's part because another node's part failed. The part is then recorded as stopped for that node
+        (C(stopped (gang)) in the report), as when the supervisors heard of the failure themselves; a part whose own
+        rank had already ended is recorded as failed, its launcher left its grace period to end on its own.
+      - Unset (the default), the stop is a stop by request.
+    type: str
 seealso:
   - module: gpufleet.cluster.launch
   - module: gpufleet.cluster.job_status
@@ -116,6 +124,7 @@ def main() -> None:
             "reason": {"type": "str", "default": "stopped by request"},
             "timeout_s": {"type": "float", "default": 30},
             "cancel_scheduler": {"type": "bool", "default": True},
+            "stopped_for": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -124,7 +133,7 @@ def main() -> None:
         module.fail_json(msg="job: %r is not a valid job name" % params["job"])
     result = jobs.stop(
         jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"],
-        cancel_scheduler=params["cancel_scheduler"],
+        cancel_scheduler=params["cancel_scheduler"], stopped_for=params["stopped_for"],
     )
     if result.get("remaining"):
         module.fail_json(msg="processes of job %s are still alive: %s" % (params["job"], result["remaining"]), **result)

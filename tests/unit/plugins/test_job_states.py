@@ -47,3 +47,13 @@ def test_the_job_roles_jobs_folder_default_is_the_supervisions():
 
     defaults = yaml.safe_load(open(os.path.join(PLUGINS, "..", "roles", "job", "defaults", "main.yml")))
     assert defaults["job_jobs_dir"] == "{{ gpufleet_jobs_dir | default('%s') }}" % Defaults.JOBS_DIR
+
+
+def test_a_stop_request_carries_its_reason_and_the_node_it_is_for():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import read_stop_request, stop_request
+    assert read_stop_request(stop_request("stopped by gpufleet: node0 failed", "node0")) == (
+        "stopped by gpufleet: node0 failed", "node0")
+    assert read_stop_request(stop_request("stopped from the stop playbook")) == ("stopped from the stop playbook", None)
+    assert read_stop_request(stop_request("two\nlines")) == ("two lines", None)  # a reason cannot forge the second
+    assert read_stop_request("stopped by request\n") == ("stopped by request", None)  # as older versions wrote it
+    assert read_stop_request("") == ("", None)

@@ -42,8 +42,9 @@ class FakeNode:
         self.tails.append(tail)
         return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
-    def stop(self, reason, cancel_scheduler=True):
+    def stop(self, reason, cancel_scheduler=True, stopped_for=None):
         self.stops.append(reason)
+        self.stopped_for = stopped_for
         self.cancels.append(cancel_scheduler)
 
 
@@ -74,6 +75,7 @@ def test_another_nodes_failure_stops_this_part_once_naming_that_node(tmp_path, m
     wait, said = gang_wait(tmp_path, node)
     final = wait.run(tail=30)
     assert node.stops == ["stopped by gpufleet: node0 (node_rank 0) failed"]
+    assert node.stopped_for == "node0"  # the supervisor takes the stop as the gang's (test_supervisor.py)
     assert final["stopped_for"] == "node0" and final["state"] == "stopped"
     assert said == ["  [node1] stopped by gpufleet: node0 (node_rank 0) failed; stopping this node's part"]
 

@@ -326,3 +326,23 @@ def test_a_launcher_already_ending_on_its_own_is_left_its_grace_to_report(gang):
     ended = wait_for(g.ended, timeout=30)
     assert ended[0]["state"] == "failed" and ended[0]["exit_code"] == 1 and not ended[0]["signal"], ended[0]
     assert "launcher: rank 0 failed first, exit code 5" in open(ended[0]["log_path"]).read()
+
+
+def test_the_controller_s_stop_for_another_node_is_the_gang_s(gang):
+    # train.yml's wait stops a part when it hears of another node's failure before that part's supervisor does
+    # (job_stop stopped_for): the part whose rank had already ended is failed, as with the gang's own news.
+    g = gang([RANK_DIES_FIRST, FOREVER])
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    wait_for(lambda: "rank 0 fails" in open(g.status(0)["log_path"]).read(), timeout=10)
+    jobs.stop(g.paths[0], "stopped by gpufleet: n1 (node_rank 1) failed", check_mode=False, cancel_scheduler=False,
+              stopped_for="n1")
+    ended = wait_for(g.ended, timeout=30)
+    assert ended[0]["state"] == "failed" and ended[0]["rank_ended_first"], ended[0]
+
+
+def test_a_stop_by_request_stays_a_stop_whatever_the_ranks_were_doing(gang):
+    h = gang([RANK_DIES_FIRST, FOREVER])
+    wait_for(lambda: all(h.status(r)["state"] == "running" for r in (0, 1)))
+    wait_for(lambda: "rank 0 fails" in open(h.status(0)["log_path"]).read(), timeout=10)
+    jobs.stop(h.paths[0], "stopped by the user", check_mode=False)
+    assert wait_for(h.ended, timeout=30)[0]["state"] == "stopped"
