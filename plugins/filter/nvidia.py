@@ -20,16 +20,23 @@ description:
   - C(driver_branch_error), C(cuda_driver_error), C(nccl_cuda_error) return why the inputs do not fit together
     (naming the variable), or an empty string; C(reboot_decision) says whether a node must reboot to load its driver.
   - C(open_modules_error(devices, flavor, host)) says why the open kernel modules cannot drive a node's GPUs (PCI
-    device IDs older than Turing), or an empty string.
+    device IDs older than Turing), or an empty string; C(branch_flavor_error(devices, branch, flavor, host)) why the
+    branch or flavor cannot drive them (a branch above 580 before Turing; the proprietary modules on Blackwell or
+    Grace Hopper).
   - C(cuda | nvcc_gencode(devices, host)) is the C(NVCC_GENCODE) for the GPUs found within what that CUDA builds (the
     toolkit's defaults without known GPUs); it fails naming the host when the toolkit cannot build for a GPU.
-  - C(devices | needs_nvlsm(nvswitch_count)) says whether Fabric Manager there also needs the NVLink subnet manager.
+  - C(devices | needs_nvlsm(nvlink5_count)) says whether Fabric Manager there also needs the NVLink subnet manager
+    (an NVLink5 system, or Blackwell data-center GPUs).
   - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
     C(repolist | enabled_repo_ids) the repository ids of C(dnf repolist --enabled -q);
     C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
     C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch, and
     C(dpkg_listing | other_branch_packages(branch)) those of the other branches installed (Fabric Manager's too).
+  - C(version | upstream_version) is a package version without epoch and revision (C(1:560.35.03-0ubuntu1) is
+    C(560.35.03)); C(branch | fabricmanager_packages(kind)) names Fabric Manager's and libnvidia-nscq's packages
+    for a driver branch and C(apt) or C(dnf); C(names | at_upstream_version(version, kind)) makes package
+    specifications at an upstream version, whatever the revision.
   - Versions are compared numerically.
 options:
   _input:
@@ -75,6 +82,10 @@ def open_modules_error(devices: Any, flavor: Any, host: Any) -> str:
     return nvidia_hardware.open_modules_refusal(str(host), list(devices or []), str(flavor)) or ""
 
 
+def branch_flavor_error(devices: Any, branch: Any, flavor: Any, host: Any) -> str:
+    return nvidia_hardware.branch_flavor_refusal(str(host), list(devices or []), branch, str(flavor)) or ""
+
+
 def nvcc_gencode(cuda: Any, devices: Any, host: Any) -> str:
     try:
         return nvidia_hardware.nvcc_gencode(cuda, list(devices or []), str(host))
@@ -82,8 +93,8 @@ def nvcc_gencode(cuda: Any, devices: Any, host: Any) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def needs_nvlsm(devices: Any, nvswitch_count: Any) -> bool:
-    return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvswitch_count or 0))
+def needs_nvlsm(devices: Any, nvlink5_count: Any) -> bool:
+    return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvlink5_count or 0))
 
 
 def reboot_decision(facts: Any, allowed: Any) -> dict:
@@ -97,7 +108,8 @@ class FilterModule:
     def filters(self) -> dict:
         return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
                 "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision,
-                "open_modules_error": open_modules_error, "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm,
+                "open_modules_error": open_modules_error, "branch_flavor_error": branch_flavor_error,
+                "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm,
                 "versionlock_missing": nvidia_packaging.versionlock_missing,
                 "versionlock_stale": nvidia_packaging.versionlock_stale,
                 "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,
@@ -105,4 +117,7 @@ class FilterModule:
                 "grep_files": nvidia_packaging.grep_files,
                 "branch_packages": nvidia_packaging.branch_packages,
                 "other_branch_packages": nvidia_packaging.other_branch_packages,
-                "apt_sources_for": nvidia_packaging.apt_sources_for}
+                "apt_sources_for": nvidia_packaging.apt_sources_for,
+                "upstream_version": nvidia_packaging.upstream_version,
+                "fabricmanager_packages": nvidia_packaging.fabricmanager_packages,
+                "at_upstream_version": nvidia_packaging.at_upstream_version}

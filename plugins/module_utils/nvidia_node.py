@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable
 
@@ -40,6 +41,28 @@ def pci_gpus(sys_root: str = "/sys") -> list[dict[str, str]]:
 def pci_nvswitches(sys_root: str = "/sys") -> list[dict[str, str]]:
     """NVIDIA NVSwitches on the PCI bus (HGX and DGX boards): Fabric Manager must run where there are any."""
     return _pci_nvidia(sys_root, (NVSWITCH_CLASS,))
+
+
+# An NVLink5 system (HGX B200/B300, GB200/GB300 NVL): its fourth-generation NVSwitches are not on the host's PCI bus
+# as NVIDIA bridges; they are managed through InfiniBand devices whose VPD carries SW_MNG. NVIDIA's driver container
+# detects them so (NVIDIA/gpu-driver-container, ubuntu22.04/nvidia-driver, _assert_nvlink5_system).
+NVLINK5_VPD_MARK = b"SW_MNG"
+
+
+def nvlink5_switch_devices(sys_root: str = "/sys") -> list[str]:
+    """The InfiniBand devices (/sys/class/infiniband/NAME) whose VPD marks them as NVLink5 switch management ports:
+    Fabric Manager, the NVLink subnet manager and ib_umad are needed where there are any."""
+    base = os.path.join(sys_root, "class", "infiniband")
+    found = []
+    for name in sysfs.entries(base):
+        try:
+            with open(os.path.join(base, name, "device", "vpd"), "rb") as handle:
+                vpd = handle.read()
+        except OSError:
+            continue  # no VPD (a virtual function, a device without one), or not readable
+        if NVLINK5_VPD_MARK in vpd:
+            found.append(name)
+    return found
 
 
 def container_evidence(root: str = "/") -> str | None:
@@ -195,3 +218,48 @@ def service_state(name: str, run: Callable[..., subprocess.CompletedProcess] = s
 def module_loaded(name: str, sys_root: str = "/sys") -> bool:
     """Whether the kernel module (its /sys/module name, with underscores) is loaded."""
     return os.path.isdir(os.path.join(sys_root, "module", name.replace("-", "_")))
+
+
+def ofed_release(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """MLNX_OFED's or DOCA-OFED's release (`ofed_info -s`, which both install: "MLNX_OFED_LINUX-24.10-1.1.4.0:",
+    "OFED-internal-25.01-0.6.0:"), or None where neither is installed: the inbox RDMA stack of the distribution.
+    The legacy nvidia-peermem module needs their ib_core's peer-memory API; with the inbox stack it fails to load
+    (nv_mem_client_init: -EINVAL, NVIDIA/gpu-operator#2868), and GPUDirect RDMA goes through DMA-BUF."""
+    try:
+        done = run(["ofed_info", "-s"], capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.strip().rstrip(":") if done.returncode == 0 else ""
+    return found or None
+
+
+def open_modules_loaded(sys_root: str = "/sys") -> bool | None:
+    """Whether the loaded driver is NVIDIA's open kernel modules, None without a loaded driver. The kernel lists the
+    taint flags a module brings in /sys/module/NAME/taint: P for a proprietary licence, which the open modules
+    (dual MIT/GPL) do not carry."""
+    taint = sysfs.value(os.path.join(sys_root, "module", "nvidia", "taint"))
+    if not taint and not os.path.isdir(os.path.join(sys_root, "module", "nvidia")):
+        return None
+    return "P" not in taint
+
+
+# DMA-BUF, the path NVIDIA recommends for GPUDirect RDMA (GPU Operator documentation, "GPUDirect RDMA and GPUDirect
+# Storage"), needs the open kernel modules and a kernel with RDMA DMA-BUF support, Linux 5.12 or later; NCCL uses it
+# by default where it is supported.
+DMABUF_MIN_KERNEL = (5, 12)
+
+
+def gpudirect_rdma(has_hca: bool, peermem_loaded: bool, open_modules: bool | None, kernel: str) -> str:
+    """Through which path GPUDirect RDMA works on this node: 'peermem', 'DMA-BUF', or why none does."""
+    if not has_hca:
+        return "no HCA"
+    if peermem_loaded:
+        return "peermem"
+    if open_modules is None:
+        return "no driver loaded"
+    numbers = [int(part) for part in re.findall(r"\d+", kernel)[:2]]
+    if not open_modules:
+        return "none (DMA-BUF needs the open modules; nvidia-peermem is not loaded)"
+    if tuple(numbers) < DMABUF_MIN_KERNEL:
+        return "none (DMA-BUF needs Linux 5.12 or later; nvidia-peermem is not loaded)"
+    return "DMA-BUF"

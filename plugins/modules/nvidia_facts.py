@@ -54,12 +54,29 @@ nvswitches:
   returned: always
   type: list
   elements: dict
+nvlink5:
+  description:
+    - The InfiniBand devices whose VPD carries C(SW_MNG) (NVLink5 switch management ports), by name, as NVIDIA's
+      driver container detects an NVLink5 system (HGX B200/B300, GB200/GB300 NVL), whose NVSwitches are not on the
+      PCI bus as NVIDIA bridges. Fabric Manager, the NVLink subnet manager and C(ib_umad) are needed where there are
+      any.
+  returned: always
+  type: list
+  elements: str
 infiniband:
   description: InfiniBand HCAs under O(sys_root) (C(class/infiniband)), each with its ports; GPUDirect RDMA (peermem)
     is wanted where there are any.
   returned: always
   type: list
   elements: dict
+ofed:
+  description:
+    - MLNX_OFED's or DOCA-OFED's release (C(ofed_info -s)), or null where neither is installed (the distribution's
+      inbox RDMA stack). The legacy nvidia-peermem module loads only with them; otherwise GPUDirect RDMA goes through
+      DMA-BUF.
+  returned: always
+  type: str
+  sample: MLNX_OFED_LINUX-24.10-1.1.4.0
 container:
   description: Whether the node is a container (C(/.dockerenv), C(/run/.containerenv), or C(container=) in PID 1's
     environment); a driver belongs on the host, not in a container.
@@ -114,7 +131,9 @@ def main() -> None:
     installed = nvidia_node.installed_driver()
     module.exit_json(changed=False, gpus=gpus, gpu_present=bool(gpus),
                      nvswitches=nvidia_node.pci_nvswitches(sys_root),
+                     nvlink5=nvidia_node.nvlink5_switch_devices(sys_root),
                      infiniband=netinfo.infiniband(sys_root),
+                     ofed=nvidia_node.ofed_release(),
                      container=evidence is not None, container_evidence=evidence,
                      secure_boot=nvidia_node.secure_boot(sys_root),
                      loaded_driver=loaded,

@@ -102,11 +102,21 @@ peermem:
   description: Whether the nvidia-peermem module (GPUDirect RDMA) is loaded.
   returned: always
   type: bool
+gpudirect_rdma:
+  description:
+    - Through which path GPUDirect RDMA works on the node, C(peermem) (nvidia-peermem loaded, with MLNX_OFED or
+      DOCA-OFED) or C(DMA-BUF) (the open kernel modules on Linux 5.12 or later, the path NVIDIA recommends), else
+      why neither does (C(no HCA), C(no driver loaded), C(none (...))).
+  returned: always
+  type: str
+  sample: DMA-BUF
 """
+
+import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, node, nvidia_node
 
 
 def main() -> None:
@@ -120,6 +130,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     gpus = nvidia_node.nvidia_smi_gpus()
+    sys_root = module.params["sys_root"]
+    peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
     module.exit_json(
         changed=False,
         gpu_count=gpus["count"],
@@ -132,9 +144,11 @@ def main() -> None:
         if module.params["driver_packages"] else None,
         fabricmanager=nvidia_node.package_version(tuple(module.params["fabricmanager_packages"])),
         fabricmanager_state=nvidia_node.service_state("nvidia-fabricmanager"),
-        fabricmanager_needed=bool(nvidia_node.pci_nvswitches(module.params["sys_root"])),
+        fabricmanager_needed=bool(nvidia_node.pci_nvswitches(sys_root) or nvidia_node.nvlink5_switch_devices(sys_root)),
         persistence_mode=nvidia_node.persistence_mode(),
-        peermem=nvidia_node.module_loaded("nvidia-peermem"),
+        peermem=peermem,
+        gpudirect_rdma=nvidia_node.gpudirect_rdma(bool(netinfo.infiniband(sys_root)), peermem,
+                                                  nvidia_node.open_modules_loaded(sys_root), platform.release()),
     )
 
 

@@ -16,9 +16,9 @@ description:
   - Prints a line per node (GPUs, model, driver, CUDA, NCCL, torch) from M(gpufleet.cluster.stack_facts) results.
   - Fails naming each field on which the nodes differ, with the nodes per value, and each node with fewer GPUs than
     its inventory's C(gpufleet_gpus).
-  - A second table shows each node's NVIDIA services (Fabric Manager's version and state, persistence mode, whether
-    nvidia-peermem is loaded); it fails naming the node whose Fabric Manager is not the driver's exact version, or
-    whose NVSwitches need Fabric Manager while it is not running.
+  - A second table shows each node's NVIDIA services (Fabric Manager's version and state, persistence mode, and the
+    path GPUDirect RDMA takes, C(peermem), C(DMA-BUF) or why neither); it fails naming the node whose Fabric Manager
+    is not the driver's version, or whose NVSwitches need Fabric Manager while it is not running.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:

@@ -5,8 +5,7 @@
 """What a node's NVIDIA hardware asks of the roles, decided from its PCI device IDs.
 
 - the compute capability of each GPU (for nvcc's -gencode list, and the open kernel modules' Turing floor);
-- whether Fabric Manager is needed (an NVSwitch on the PCI bus) and whether the NVLink subnet manager is too
-  (NVSwitch with Blackwell data-center GPUs);
+- whether Fabric Manager needs the NVLink subnet manager too (an NVLink5 system, or Blackwell data-center GPUs);
 - the -gencode flags that build native code for the GPUs found, within what the toolkit can build.
 
 Device IDs are read by gpufleet.cluster.nvidia_facts from sysfs; nothing here touches a node.
@@ -35,13 +34,17 @@ COMPUTE_CAPABILITY_BY_DEVICE_ID: tuple[tuple[int, int, tuple[int, int], str], ..
     (0x2600, 0x28FF, (8, 9), "Ada AD102-AD107 (L4, L40, L40S)"),
     (0x2900, 0x29FF, (10, 0), "Blackwell GB100 (B200, GB200)"),
     (0x2B00, 0x2FFF, (12, 0), "Blackwell GB202-GB207 (RTX PRO 6000 Blackwell)"),
+    # B300 is 10de:3182 and GB300 10de:31c2 (driver README, Appendix A); compute capability 10.3 (sm_103, added in
+    # CUDA 12.9).
+    (0x3180, 0x31FF, (10, 3), "Blackwell Ultra (B300, GB300)"),
 )
 # The open kernel modules support Turing and later GPUs only (NVIDIA driver README, chapter "Open Linux Kernel
 # Modules"): compute capability 7.5 and up. Every GPU chip before Turing has a device ID below Turing's block.
 OPEN_MODULES_MIN_CAPABILITY = (7, 5)
 FIRST_TURING_DEVICE_ID = 0x1E00
-# Blackwell data-center systems with NVSwitch need the NVLink subnet manager (nvlsm) and ib_umad before Fabric
-# Manager starts (NVIDIA Fabric Manager User Guide, "NVLink Subnet Manager" for 4th-generation NVSwitch systems).
+# Blackwell data-center systems (NVLink5, 4th-generation NVSwitch) need the NVLink subnet manager (nvlsm) and ib_umad
+# before Fabric Manager starts (NVIDIA Fabric Manager User Guide, "NVLink Subnet Manager"; gpu-driver-container's
+# nvidia-driver starts Fabric Manager with nvlsm on an NVLink5 system).
 NVLSM_MIN_CAPABILITY = (10, 0)
 NVLSM_MAX_CAPABILITY = (10, 9)
 # The compute capabilities each CUDA release can build native code for: CUDA 13.0 dropped Maxwell, Pascal and
@@ -92,10 +95,48 @@ def open_modules_refusal(host: str, devices: Iterable[object], flavor: str) -> s
     return None
 
 
-def needs_nvlsm(gpu_devices: Iterable[object], nvswitch_count: int) -> bool:
-    """Whether Fabric Manager here needs the NVLink subnet manager: NVSwitches with Blackwell data-center GPUs."""
-    if nvswitch_count <= 0:
-        return False
+# 580 is the last driver branch for Maxwell, Pascal and Volta GPUs (NVIDIA's Unix driver deprecation schedule,
+# "Support timeframes for Unix legacy GPU releases"): every chip before Turing's block.
+LAST_BRANCH_BEFORE_TURING = 580
+# Blackwell and Grace Hopper are supported by the open kernel modules only (NVIDIA driver README, "Open Linux Kernel
+# Modules": "Blackwell and later GPUs and Grace Hopper require the open kernel modules"). GH200's device ID is 0x2342
+# (NVIDIA/open-gpu-kernel-modules README, "Compatible GPUs": GH200 120GB and 480GB); it sits in Hopper's block.
+OPEN_ONLY_FROM_CAPABILITY = (10, 0)
+GRACE_HOPPER_DEVICE_IDS = (0x2342,)
+
+
+def branch_flavor_refusal(host: str, devices: Iterable[object], branch: object, flavor: str) -> str | None:
+    """Why the driver branch or flavor cannot drive one of this node's GPUs, naming host, GPU and variable: a branch
+    above 580 on a GPU older than Turing; the proprietary modules on Blackwell or Grace Hopper. None when it can."""
+    try:
+        number = int(str(branch))
+    except ValueError:
+        return None  # the branch's own check names a branch that is not one
+    for device in devices:
+        model = gpu_model(device)
+        older = (model["capability"] < OPEN_MODULES_MIN_CAPABILITY if model["capability"]
+                 else device_id(device) < FIRST_TURING_DEVICE_ID)
+        if older and number > LAST_BRANCH_BEFORE_TURING:
+            return ("%s: nvidia_driver_branch=%d does not support the GPU %s (%s): %d is the last driver branch for "
+                    "Maxwell, Pascal and Volta GPUs; set nvidia_driver_branch: %d for this node"
+                    % (host, number, model["device"], model["chip"], LAST_BRANCH_BEFORE_TURING,
+                       LAST_BRANCH_BEFORE_TURING))
+        open_only = ((model["capability"] is not None and model["capability"] >= OPEN_ONLY_FROM_CAPABILITY)
+                     or device_id(device) in GRACE_HOPPER_DEVICE_IDS)
+        if open_only and flavor == "proprietary":
+            chip = "Grace Hopper GH200" if device_id(device) in GRACE_HOPPER_DEVICE_IDS else model["chip"]
+            return ("%s: nvidia_driver_flavor=proprietary cannot drive the GPU %s (%s): Blackwell and Grace Hopper "
+                    "GPUs need NVIDIA's open kernel modules; set nvidia_driver_flavor: open for this node"
+                    % (host, model["device"], chip))
+    return None
+
+
+def needs_nvlsm(gpu_devices: Iterable[object], nvlink5_count: int) -> bool:
+    """Whether Fabric Manager here needs the NVLink subnet manager: an NVLink5 system (its switch management ports
+    found, nvidia_node.nvlink5_switch_devices), or Blackwell data-center GPUs where Fabric Manager is installed
+    (nvidia_fabricmanager_enabled=true on a node whose switch ports were not found still needs it)."""
+    if nvlink5_count > 0:
+        return True
     capabilities = [gpu_model(device)["capability"] for device in gpu_devices]
     return any(c is not None and NVLSM_MIN_CAPABILITY <= c <= NVLSM_MAX_CAPABILITY for c in capabilities)
 

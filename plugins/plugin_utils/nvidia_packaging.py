@@ -53,6 +53,41 @@ def versionlock_stale(listing: str, wanted: Mapping[str, str]) -> list[str]:
     return stale
 
 
+def upstream_version(version: object) -> str:
+    """The upstream part of a package version, without epoch and revision: '1:560.35.03-0ubuntu1' and
+    '560.35.03-1' are both '560.35.03'. NVIDIA's apt repositories give the driver's packages Ubuntu-style revisions
+    (560.35.03-0ubuntu1) and Fabric Manager's its own (560.35.03-1), so the two are matched on this part."""
+    text = _EPOCH_RE.sub("", str(version or "").strip())
+    return text.rsplit("-", 1)[0] if "-" in text else text
+
+
+# Fabric Manager's packages and the NVSwitch configuration library, per branch and package manager, as NVIDIA's
+# driver container installs them (NVIDIA/gpu-driver-container, ubuntu22.04/install.sh and rhel9/install.sh,
+# commit 78fa4ac "add driver 580.65.06" and 9f15a32): from branch 580 unversioned names; before it, apt names carry
+# the branch (nvidia-fabricmanager-570, libnvidia-nscq-570) and EL's are nvidia-fabric-manager and
+# libnvidia-nscq-<branch>. Their revision is NVIDIA's "-1" in both.
+FABRICMANAGER_UNVERSIONED_FROM = 580
+
+
+def fabricmanager_packages(branch: object, kind: str) -> list[str]:
+    """The names of Fabric Manager and libnvidia-nscq for a driver branch, for apt or dnf."""
+    number = int(str(branch))
+    if number >= FABRICMANAGER_UNVERSIONED_FROM:
+        return ["nvidia-fabricmanager", "libnvidia-nscq"]
+    if kind == "dnf":
+        return ["nvidia-fabric-manager", "libnvidia-nscq-%d" % number]
+    return ["nvidia-fabricmanager-%d" % number, "libnvidia-nscq-%d" % number]
+
+
+def at_upstream_version(names: Iterable[str], version: object, kind: str) -> list[str]:
+    """Package specifications of names at an upstream version, whatever their revision: apt 'name=560.35.03-*'
+    (the apt module's version wildcard), dnf 'name-560.35.03'."""
+    upstream = upstream_version(version)
+    if kind == "dnf":
+        return ["%s-%s" % (name, upstream) for name in names]
+    return ["%s=%s-*" % (name, upstream) for name in names]
+
+
 # The name prefixes of NVIDIA's driver packages (apt): the kernel module, libraries and utilities of a branch.
 DRIVER_PACKAGE_PREFIXES = ("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia")
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia_packaging import upstream_version
 
 FIELDS = ("gpu_count", "gpu_models", "driver", "cuda", "nccl", "torch")
 TITLES = {"gpu_count": "GPUs", "gpu_models": "model", "driver": "driver", "cuda": "CUDA", "nccl": "NCCL",
@@ -58,17 +59,19 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
     return problems
 
 
-SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "peermem")
+SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "gpudirect_rdma")
 SERVICE_TITLES = {"fabricmanager": "Fabric Manager", "fabricmanager_state": "state", "persistence_mode": "persistence",
-                  "peermem": "peermem"}
+                  "gpudirect_rdma": "GPUDirect RDMA"}
 
 
 def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per node: Fabric Manager's version and state, persistence mode, whether nvidia-peermem is loaded."""
+    """One line per node: Fabric Manager's version and state, persistence mode, and the path GPUDirect RDMA takes
+    (nvidia-peermem, DMA-BUF, or why neither; stack_facts decides it on the node)."""
     header = ["node"] + [SERVICE_TITLES[f] for f in SERVICE_FIELDS]
     rows = []
     for host, facts in results.items():
-        cells = [_show(facts.get(f)) for f in SERVICE_FIELDS[:3]] + ["loaded" if facts.get("peermem") else "-"]
+        rdma = facts.get("gpudirect_rdma") or ("peermem" if facts.get("peermem") else "-")
+        cells = [_show(facts.get(f)) for f in SERVICE_FIELDS[:3]] + [rdma]
         if not facts.get("fabricmanager_needed") and not facts.get("fabricmanager"):
             cells[0:2] = ["not needed", "-"]
         rows.append([host] + cells)
@@ -76,11 +79,12 @@ def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def services_problems(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Each node whose Fabric Manager is not the driver's exact version, or is needed (NVSwitches) and not running."""
+    """Each node whose Fabric Manager is not the driver's version (without the package revision, which NVIDIA's
+    repositories set differently for the two), or is needed (NVSwitches) and not running."""
     problems = []
     for host, facts in results.items():
         fabric, driver = facts.get("fabricmanager"), facts.get("driver_package")
-        if fabric and driver and fabric != driver:
+        if fabric and driver and upstream_version(fabric) != upstream_version(driver):
             problems.append("%s: Fabric Manager %s is not the driver's version %s; they must be equal" % (
                 host, fabric, driver))
         if facts.get("fabricmanager_needed") and facts.get("fabricmanager_state") != "active":

@@ -78,7 +78,10 @@ ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.
 [Install]
 WantedBy=multi-user.target
 """
-for _branch, _version in (("570", "570.124.06-1"), ("575", "575.51.03-1")):
+# The 570 driver at an Ubuntu-style revision, as NVIDIA's apt repositories version the driver's packages (e.g.
+# nvidia-driver-560 560.35.03-0ubuntu1 beside nvidia-fabricmanager-560 560.35.03-1).
+DRIVER_570 = "570.124.06-0ubuntu1"
+for _branch, _version in (("570", DRIVER_570), ("575", "575.51.03-1")):
     _other = "575" if _branch == "570" else "570"
     # A branch is several packages (the metapackage pulls the compute libraries and utilities), all of one version.
     for _part in ("libnvidia-compute-%s" % _branch, "nvidia-utils-%s" % _branch):
@@ -114,16 +117,29 @@ for _version in ("580.95.05-1", "590.44.01-1"):
 PACKAGES.append(("nvidia-driver-pinning-580", "580-1", {
     "/etc/apt/preferences.d/nvidia-driver-pinning-580":
         "Package: nvidia-open cuda-drivers %s\nPin: version 580.*\nPin-Priority: 1000\n" % " ".join(PINNED_PARTS)}))
-# Fabric Manager must be the driver's exact version: each stand-in depends on that driver version, and the newer
-# one on a driver the repository does not have, so an unpinned install cannot be satisfied.
-for _branch, _drivers, _versions in (("570", ("nvidia-open-570", "cuda-drivers-570"), ("570.124.06-1", "570.133.20-1")),
-                                     ("580", ("nvidia-open", "cuda-drivers"), ("580.95.05-1", "580.105.08-1"))):
+# Fabric Manager must be the driver's version: each stand-in depends on that driver version, and the newer one on a
+# driver the repository does not have, so an unpinned install cannot be satisfied. As NVIDIA packages them
+# (NVIDIA/gpu-driver-container ubuntu22.04/install.sh, commit 78fa4ac): before 580 nvidia-fabricmanager-<branch>
+# and libnvidia-nscq-<branch>, from 580 nvidia-fabricmanager and libnvidia-nscq, each at revision -1 whatever the
+# driver's packages carry. The stand-in 570 driver carries an Ubuntu-style revision (570.124.06-0ubuntu1, as NVIDIA's
+# apt repositories give the driver's packages; see DRIVER_570 above), so Fabric Manager's -1 is not the driver's
+# whole version string.
+for _branch, _driver_revision, _drivers, _versions in (
+        ("570", "-0ubuntu1", ("nvidia-open-570", "cuda-drivers-570"), ("570.124.06-1", "570.133.20-1")),
+        ("580", "-1", ("nvidia-open", "cuda-drivers"), ("580.95.05-1", "580.105.08-1"))):
+    _suffix = "-" + _branch if _branch == "570" else ""
     for _version in _versions:
-        PACKAGES.append(("nvidia-fabricmanager-" + _branch, _version, {
+        _driver_version = _version.split("-")[0] + _driver_revision
+        PACKAGES.append(("nvidia-fabricmanager" + _suffix, _version, {
             "/lib/systemd/system/nvidia-fabricmanager.service": FABRICMANAGER_UNIT,
             "/usr/bin/nv-fabricmanager": FABRICMANAGER % _version.split("-")[0]}))
-        EXTRAS[("nvidia-fabricmanager-" + _branch, _version)] = {
-            "Depends": " | ".join("%s (= %s)" % (driver, _version) for driver in _drivers)}
+        EXTRAS[("nvidia-fabricmanager" + _suffix, _version)] = {
+            "Depends": " | ".join("%s (= %s)" % (driver, _driver_version) for driver in _drivers)}
+        PACKAGES.append(("libnvidia-nscq" + _suffix, _version, {
+            "/usr/share/gpufleet-standin/libnvidia-nscq" + _suffix: _version + "\n"}))
+# The NVLink subnet manager, which NVIDIA's repository carries for NVLink5 systems (gpu-driver-container install.sh,
+# nvlink5_pkgs_install: nvlsm with Debian's infiniband-diags); the stand-in's version is not one of NVIDIA's.
+PACKAGES.append(("nvlsm", "2025.01.0-gpufleet", {"/usr/share/gpufleet-standin/nvlsm": "nvlsm stand-in\n"}))
 # This machine's kernel has no Debian headers package: a stand-in under the name the driver role installs.
 PACKAGES.append(("linux-headers-%s" % KERNEL, "1.0-gpufleet", {
     "/usr/src/linux-headers-%s/.gpufleet-standin" % KERNEL: "stand-in kernel headers\n"}))

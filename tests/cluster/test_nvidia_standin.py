@@ -31,7 +31,7 @@ def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisio
         assert "%s: no NVIDIA GPU on the PCI bus; the driver is not installed" % node in run.out
         installed = packages(cluster, node)
         assert not {"nvidia-open", "cuda-drivers", "nvidia-driver-pinning-580"} & set(installed)
-        assert "nvidia-fabricmanager-580" not in installed
+        assert not {"nvidia-fabricmanager", "libnvidia-nscq"} & set(installed)
         assert installed["cuda-toolkit-12-8"][0] == "12.8.1-1"
         assert installed["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
         assert installed["libnccl-dev"] == ("2.26.2-1+cuda12.8", "hold")
@@ -78,8 +78,9 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     # Every package of the branch is held, not only the metapackage.
     assert installed["libnvidia-compute"] == installed["nvidia-utils"] == ("580.95.05-1", "hold")
     assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "580.95.05"
-    # Fabric Manager at exactly the driver's version (a newer one exists in the repository), held with it.
-    assert installed["nvidia-fabricmanager-580"] == ("580.95.05-1", "hold")
+    # Fabric Manager and libnvidia-nscq at the driver's version (a newer one exists in the repository), held with it,
+    # under the unversioned names NVIDIA uses from 580.
+    assert installed["nvidia-fabricmanager"] == installed["libnvidia-nscq"] == ("580.95.05-1", "hold")
     # (the YAML callback folds the line and doubles the quote inside single quotes)
     assert "node2: systemd is not this node's init, so nvidia-fabricmanager is installed but not started" in \
         " ".join(run.out.replace("''", "'").split())
@@ -88,10 +89,10 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     drop_in = host.file("/etc/systemd/system/nvidia-persistenced.service.d/gpufleet.conf").content_string
     assert "--no-persistence-mode" in unit
     assert merged_exec_start(unit, [drop_in]) == ["/usr/bin/nvidia-persistenced --verbose"]
-    # peermem is loaded at boot where the InfiniBand HCA is (node1), and nowhere else.
-    assert cluster.host("node1").file("/etc/modules-load.d/nvidia-peermem.conf").content_string.splitlines()[-1] == \
-        "nvidia-peermem"
-    for node in ("node0", "node2"):
+    # node1's InfiniBand HCA has the distribution's inbox RDMA stack (no MLNX_OFED or DOCA-OFED): nvidia-peermem would
+    # not load there, so it is not set to load at boot, and the play says DMA-BUF is the path. No node gets it.
+    assert "node1: GPUDirect RDMA through DMA-BUF (no MLNX_OFED or DOCA-OFED" in " ".join(run.out.split())
+    for node in ("node0", "node1", "node2"):
         assert not cluster.host(node).file("/etc/modules-load.d/nvidia-peermem.conf").exists
 
 
@@ -111,8 +112,8 @@ def test_a_fabric_manager_version_other_than_the_drivers_fails_in_preflight(clus
     before = {node: packages(cluster, node) for node in cluster.nodes}
     run = cluster.playbook("provision.yml", "-e", "nvidia_fabricmanager_version=580.105.08-1")
     assert run.rc != 0
-    assert ("node2: nvidia_fabricmanager_version=580.105.08-1 differs from the installed driver's 580.95.05-1"
-            in run.out.replace("\n        ", " ")), run.out[-3000:]
+    assert ("node2: nvidia_fabricmanager_version=580.105.08-1 differs from the installed driver's 580.95.05-1; Fabric "
+            "Manager must be the driver's version 580.95.05" in run.out.replace("\n        ", " ")), run.out[-3000:]
     assert all(counts["changed"] == 0 for counts in run.recap().values())
     assert {node: packages(cluster, node) for node in cluster.nodes} == before
 
@@ -137,6 +138,7 @@ FAKE_SYS = r"""
 set -e
 gpu() { d=$1/bus/pci/devices/0000:18:00.0; mkdir -p $d; echo 0x10de > $d/vendor; echo 0x030200 > $d/class; echo $2 > $d/device; }
 gpu /fake-sys/volta 0x1db1
+gpu /fake-sys/blackwell 0x2901
 gpu /fake-sys/hopper 0x2330
 gpu /fake-sys/secure-boot 0x2330
 gpu /fake-sys/runfile 0x2330
@@ -149,6 +151,11 @@ printf '\006\000\000\000\001' > /fake-sys/secure-boot/firmware/efi/efivars/Secur
 @pytest.mark.parametrize("extra, needle", [
     ({"nvidia_driver_sys_root": "/fake-sys/volta"},
      "nvidia_driver_flavor=open needs Turing or newer GPUs, but the GPU 0x1db1 (Volta GV100"),
+    # 580 is the last branch for Volta (NVIDIA's deprecation schedule); Blackwell needs the open modules.
+    ({"nvidia_driver_sys_root": "/fake-sys/volta", "nvidia_driver_flavor": "proprietary", "nvidia_driver_branch": 590},
+     "nvidia_driver_branch=590 does not support the GPU 0x1db1 (Volta GV100"),
+    ({"nvidia_driver_sys_root": "/fake-sys/blackwell", "nvidia_driver_flavor": "proprietary"},
+     "nvidia_driver_flavor=proprietary cannot drive the GPU 0x2901 (Blackwell GB100"),
     ({"nvidia_driver_sys_root": "/fake-sys/secure-boot"}, "UEFI Secure Boot is on"),
     ({"nvidia_driver_sys_root": "/fake-sys/hopper", "nvidia_driver_allow_container": False},
      "this node is a container (/run/.containerenv exists); a driver installed here would build kernel modules"),
@@ -163,7 +170,7 @@ def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisi
     text = run.out.replace("\n        ", " ")
     assert ("node0: " + needle) in text, run.out[-3000:]
     variable = {"UEFI": "nvidia_driver_secure_boot_handled", "this": "nvidia_driver_allow_container"}.get(
-        needle.split()[0], "nvidia_driver_flavor")
+        needle.split()[0], needle.split("=")[0])
     assert variable in text
     assert all(counts["changed"] == 0 for counts in run.recap().values())
     assert {node: packages(cluster, node) for node in cluster.nodes} == before
@@ -233,24 +240,129 @@ def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, pr
 
 def test_a_branch_change_moves_every_held_package_of_the_branch(cluster, provisioned):
     """580 (Debian: pinning package, unversioned names) to 570 (branch names) and back: every held package of the
-    old branch goes, the pinning package with it, and the new branch's packages are all held."""
+    old branch goes, the pinning package with it, and the new branch's packages are all held. On node2 (NVSwitch)
+    Fabric Manager follows: at 570 nvidia-fabricmanager-570 at 570.124.06-1 beside the driver's 570.124.06-0ubuntu1
+    (NVIDIA's apt revisions differ; the role matches the upstream version)."""
     assert provisioned["converge"].rc == 0
     branch_580 = {"nvidia-driver-pinning-580", "nvidia-open", "libnvidia-compute", "nvidia-utils"}
     branch_570 = {"nvidia-open-570", "libnvidia-compute-570", "nvidia-utils-570"}
-    first = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver", "-e", "nvidia_driver_force=true")
+    fabric_580 = {"nvidia-fabricmanager", "libnvidia-nscq"}
+    fabric_570 = {"nvidia-fabricmanager-570", "libnvidia-nscq-570"}
+    nodes = ("--limit", "node0,node2", "--tags", "nvidia_driver,nvidia_fabricmanager", "-e", "nvidia_driver_force=true")
+    first = cluster.playbook("provision.yml", *nodes)
     assert first.rc == 0, first.out[-3000:]
     try:
-        run = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
-                               "-e", "nvidia_driver_force=true", "-e", "nvidia_driver_branch=570")
+        run = cluster.playbook("provision.yml", *nodes, "-e", "nvidia_driver_branch=570")
+        assert run.rc == 0, run.out[-3000:]
+        for node in ("node0", "node2"):
+            installed = packages(cluster, node)
+            assert {name: installed.get(name) for name in branch_570} == {
+                name: ("570.124.06-0ubuntu1", "hold") for name in branch_570}
+            assert not branch_580 & set(installed), "the held 580 packages stayed"
+            assert not fabric_580 & set(installed)
+        assert {name: packages(cluster, "node2").get(name) for name in fabric_570} == {
+            name: ("570.124.06-1", "hold") for name in fabric_570}
+        assert not fabric_570 & set(packages(cluster, "node0"))  # no NVSwitch there
+    finally:
+        back = cluster.playbook("provision.yml", *nodes)
+    assert back.rc == 0, back.out[-3000:]
+    for node in ("node0", "node2"):
+        installed = packages(cluster, node)
+        assert {name: installed.get(name)[1] for name in branch_580} == {name: "hold" for name in branch_580}
+        assert installed["nvidia-open"][0] == installed["libnvidia-compute"][0] == "580.95.05-1"
+        assert not (branch_570 | fabric_570) & set(installed)
+    assert {name: packages(cluster, "node2").get(name) for name in fabric_580} == {
+        name: ("580.95.05-1", "hold") for name in fabric_580}
+
+# An HGX B200 as the host sees it (stand-in): a B200 (10de:2901) on the PCI bus, no NVSwitch there as an NVIDIA bridge,
+# and the NVLink5 switch management port as an InfiniBand device whose VPD carries SW_MNG, which is how NVIDIA's driver
+# container tells an NVLink5 system (gpu-driver-container, _assert_nvlink5_system). The stand-in modprobe records the
+# load in the fake tree's /module, as the kernel would in /sys/module (a container cannot load modules).
+FAKE_B200 = r"""
+set -e
+root=/fake-sys/b200
+d=$root/bus/pci/devices/0000:18:00.0; mkdir -p $d; echo 0x10de > $d/vendor; echo 0x030200 > $d/class; echo 0x2901 > $d/device
+mkdir -p $root/class/infiniband/mlx5_4/device
+printf '\202\010NVSwitch\220\006SW_MNG\170\000' > $root/class/infiniband/mlx5_4/device/vpd
+rm -rf $root/module
+printf '#!/bin/sh\nmkdir -p %s/module/$1\necho "$@" >> /run/gpufleet-standin-modprobe\n' $root > /usr/local/sbin/modprobe
+chmod 755 /usr/local/sbin/modprobe
+"""
+
+
+def test_an_hgx_b200_gets_fabric_manager_the_subnet_manager_and_ib_umad_loaded_now(cluster, provisioned):
+    """What it checks: detection by the SW_MNG mark (no PCI NVSwitch), the packages (Fabric Manager, libnvidia-nscq,
+    nvlsm, Debian's infiniband-diags), ib_umad at boot and now, idempotence and check mode. What it does not: NVIDIA's
+    binaries, a real ib_umad, nvlsm actually managing a fabric."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node0", "sh", "-c", FAKE_B200, check=True)
+    args = ("--limit", "node0", "--tags", "nvidia_driver,nvidia_fabricmanager",
+            "-e", json.dumps({"nvidia_driver_sys_root": "/fake-sys/b200", "nvidia_fabricmanager_sys_root": "/fake-sys/b200"}))
+    try:
+        run = cluster.playbook("provision.yml", *args)
         assert run.rc == 0, run.out[-3000:]
         installed = packages(cluster, "node0")
-        assert {name: installed.get(name) for name in branch_570} == {name: ("570.124.06-1", "hold") for name in branch_570}
-        assert not branch_580 & set(installed), "the held 580 packages stayed"
+        assert installed["nvidia-fabricmanager"] == installed["libnvidia-nscq"] == ("580.95.05-1", "hold")
+        assert "nvlsm" in installed and "infiniband-diags" in installed
+        host = cluster.host("node0")
+        assert host.file("/etc/modules-load.d/ib_umad.conf").content_string.splitlines()[-1] == "ib_umad"
+        assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["ib_umad"]
+        again = cluster.playbook("provision.yml", *args)
+        assert again.rc == 0 and again.recap()["node0"]["changed"] == 0, again.out[-3000:]
+        check = cluster.playbook("provision.yml", *args, "--check", "--diff")
+        assert check.rc == 0 and check.recap()["node0"]["changed"] == 0, check.out[-3000:]
+        assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["ib_umad"]  # loaded once
     finally:
-        back = cluster.playbook("provision.yml", "--limit", "node0", "--tags", "nvidia_driver",
-                                "-e", "nvidia_driver_force=true")
-    assert back.rc == 0, back.out[-3000:]
-    installed = packages(cluster, "node0")
-    assert {name: installed.get(name)[1] for name in branch_580} == {name: "hold" for name in branch_580}
-    assert installed["nvidia-open"][0] == installed["libnvidia-compute"][0] == "580.95.05-1"
-    assert not branch_570 & set(installed)
+        cluster.node_exec("node0", "rm", "-f", "/usr/local/sbin/modprobe", "/run/gpufleet-standin-modprobe")
+        cluster.node_exec("node0", "sh", "-c", "apt-mark unhold nvidia-fabricmanager libnvidia-nscq >/dev/null; "
+                          "apt-get purge -y nvidia-fabricmanager libnvidia-nscq nvlsm infiniband-diags >/dev/null; "
+                          "rm -f /etc/modules-load.d/ib_umad.conf")
+
+
+# node1 with a loaded driver (the open modules: no P in the module's taint flags) and, for the second run, MLNX_OFED
+# (a stand-in ofed_info answering as MLNX_OFED's does). The stand-in modprobe records loads in the fake tree's /module.
+FAKE_DRIVER_LOADED = r"""
+set -e
+mkdir -p /fake-sys/module/nvidia && echo O > /fake-sys/module/nvidia/taint
+printf '#!/bin/sh\nmkdir -p /fake-sys/module/$(echo $1 | tr - _)\necho "$@" >> /run/gpufleet-standin-modprobe\n' > /usr/local/sbin/modprobe
+chmod 755 /usr/local/sbin/modprobe
+"""
+FAKE_OFED = "printf '#!/bin/sh\\necho MLNX_OFED_LINUX-24.10-1.1.4.0:\\n' > /usr/local/bin/ofed_info; chmod 755 /usr/local/bin/ofed_info"
+
+
+def services_line(cluster, node):
+    run = cluster.playbook("verify.yml", "--limit", node)
+    services = run.out.split("NVIDIA services", 1)[-1].splitlines() if "NVIDIA services" in run.out else []
+    found = [line.split() for line in services if line.split()[:1] == [node]]
+    assert found, run.out[-3000:]
+    return found[0]
+
+
+def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with_ofed(cluster, provisioned):
+    """What it checks: the decision (no MLNX_OFED/DOCA-OFED: no peermem, the play passes, verify says DMA-BUF; with
+    OFED: peermem at boot and loaded now, verify says peermem), idempotence. What it does not: a real HCA, a real
+    nvidia-peermem or ib_core, real DMA-BUF registration (the stand-in records the load)."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node1", "sh", "-c", FAKE_DRIVER_LOADED, check=True)
+    args = ("--limit", "node1", "--tags", "nvidia_peermem")
+    host = cluster.host("node1")
+    try:
+        inbox = cluster.playbook("provision.yml", *args)
+        assert inbox.rc == 0, inbox.out[-3000:]
+        assert "node1: GPUDirect RDMA through DMA-BUF" in " ".join(inbox.out.split())
+        assert not host.file("/etc/modules-load.d/nvidia-peermem.conf").exists
+        assert not host.file("/run/gpufleet-standin-modprobe").exists
+        assert services_line(cluster, "node1")[-1] == "DMA-BUF"
+        cluster.node_exec("node1", "sh", "-c", FAKE_OFED, check=True)
+        ofed = cluster.playbook("provision.yml", *args)
+        assert ofed.rc == 0, ofed.out[-3000:]
+        assert "node1: GPUDirect RDMA through nvidia-peermem (MLNX_OFED_LINUX-24.10-1.1.4.0)" in " ".join(ofed.out.split())
+        assert host.file("/etc/modules-load.d/nvidia-peermem.conf").content_string.splitlines()[-1] == "nvidia-peermem"
+        assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["nvidia-peermem"]
+        again = cluster.playbook("provision.yml", *args)
+        assert again.rc == 0 and again.recap()["node1"]["changed"] == 0, again.out[-3000:]
+        assert services_line(cluster, "node1")[-1] == "peermem"
+    finally:
+        cluster.node_exec("node1", "rm", "-rf", "/usr/local/sbin/modprobe", "/usr/local/bin/ofed_info",
+                          "/run/gpufleet-standin-modprobe", "/fake-sys/module", check=False)
+        cluster.playbook("provision.yml", *args)  # back to the inbox stack: gpufleet's boot-time load removed

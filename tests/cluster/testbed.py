@@ -95,7 +95,7 @@ SYSTEMD_PACKAGES = ",systemd,systemd-sysv,dbus"
 RUNTIME_HOSTS_NODES = (1,)
 SSH_PORTS = {2: 2222}
 # Hardware the nodes do not have, as fake sysfs trees under /fake-sys (gpufleet_sys_root in the inventory; the
-# nodes' own /sys is read-only): node1 an InfiniBand HCA (peermem), node2 an H100 and an NVSwitch (the driver and
+# nodes' own /sys is read-only): node1 an InfiniBand HCA (GPUDirect RDMA), node2 an H100 and an NVSwitch (the driver and
 # Fabric Manager). No module is loaded and no service started from them: they make the roles decide.
 FAKE_SYS_ROOT = "/fake-sys"
 _FAKE_PCI = ('d={root}/bus/pci/devices/{address}; mkdir -p $d; echo 0x10de > $d/vendor; echo {klass} > $d/class; '

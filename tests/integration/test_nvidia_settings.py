@@ -19,14 +19,19 @@ APT = {"driver_open": ["nvidia-open-580"], "driver_proprietary": ["cuda-drivers-
        "driver_hold": ["nvidia-open-580"], "driver_pinned": False, "el_prerequisites": {},
        "nccl": ["libnccl2=2.26.2-1+cuda12.8", "libnccl-dev=2.26.2-1+cuda12.8"],
        "nccl_hold": ["libnccl2", "libnccl-dev"], "headers": ["linux-headers-6.1.0-test"],
-       "fabricmanager": ["nvidia-fabricmanager-580=580.95.05-1"], "fabricmanager_hold": ["nvidia-fabricmanager-580"]}
+       # Fabric Manager at the driver's upstream version, whatever the revision (the driver's 580.95.05-0ubuntu1,
+       # Fabric Manager's 580.95.05-1), under the unversioned names NVIDIA uses from 580 (gpu-driver-container).
+       "fabricmanager": ["nvidia-fabricmanager=580.95.05-*", "libnvidia-nscq=580.95.05-*"],
+       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"]}
 APT_PINNED = dict(APT, driver_open=["nvidia-open"], driver_proprietary=["cuda-drivers"], driver_pinned=True,
                   driver_hold=["nvidia-driver-pinning-580", "nvidia-open"])
 DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvidia-driver:580-dkms"], "kind": "dnf",
        "driver_pinned": False,
        "driver_hold": ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-kmod-common"],
        "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"],
-       "fabricmanager": ["@nvidia-driver:580/fm"], "fabricmanager_hold": ["nvidia-fabric-manager", "libnvidia-nscq-580"]}
+       # By name from the stream the driver role enabled (its fm profile would be another stream to dnf).
+       "fabricmanager": ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05"],
+       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"]}
 # The running kernel's headers as NVIDIA's installation guide installs them: EL 8 by kernel, EL 9 kernel-devel-matched.
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
 DNF9 = dict(DNF, headers=["kernel-devel-matched", "kernel-headers"])
@@ -81,6 +86,19 @@ def test_where_nvidia_pins_branches_with_a_package(tmp_path, distribution, major
     assert rc == 0, out[-2000:]
     assert rendered["driver_pinned"] is pinned and rendered["driver_open"] == [driver]
     assert ("nvidia-driver-pinning-%d" % branch in rendered["driver_hold"]) is pinned
+
+
+@pytest.mark.parametrize("distribution, major, expected, hold", [
+    ("Ubuntu", "22", ["nvidia-fabricmanager-570=570.124.06-*", "libnvidia-nscq-570=570.124.06-*"],
+     ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]),
+    ("Rocky", "9", ["nvidia-fabric-manager-570.124.06", "libnvidia-nscq-570-570.124.06"],
+     ["nvidia-fabric-manager", "libnvidia-nscq-570"]),
+])
+def test_fabric_manager_before_580_carries_the_branch_in_its_names(tmp_path, distribution, major, expected, hold):
+    rc, out, rendered = render(tmp_path, distribution, major, "x86_64", "-e", "target_branch=570",
+                               "-e", "target_driver_version=570.124.06-0ubuntu1")
+    assert rc == 0, out[-2000:]
+    assert rendered["fabricmanager"] == expected and rendered["fabricmanager_hold"] == hold
 
 
 @pytest.mark.parametrize("distribution, major, arch", [("CentOS", "7", "x86_64"), ("Ubuntu", "18", "x86_64"),

@@ -135,3 +135,48 @@ def test_secure_boot_from_efivars(tmp_path):
     assert nvidia_node.secure_boot(str(tmp_path)) is True
     (efivars / nvidia_node.SECURE_BOOT_VAR).write_bytes(b"\x06\x00\x00\x00\x00")
     assert nvidia_node.secure_boot(str(tmp_path)) is False
+
+
+def test_nvlink5_systems_are_found_by_the_sw_mng_mark_in_an_infiniband_device_s_vpd(tmp_path):
+    # HGX B200: no NVSwitch on the PCI bus as an NVIDIA bridge; its switch management ports are InfiniBand devices
+    # whose VPD carries SW_MNG (gpu-driver-container, _assert_nvlink5_system). VPD is binary.
+    for name, vpd in (("mlx5_0", b"\x82\x10ConnectX-7 HCA\x90\x00PN"), ("mlx5_4", b"\x82\x08NVSwitch\x90SW_MNG\x00\x78"),
+                      ("mlx5_5", None)):
+        device = tmp_path / "class" / "infiniband" / name / "device"
+        device.mkdir(parents=True)
+        if vpd is not None:
+            (device / "vpd").write_bytes(vpd)
+    assert nvidia_node.nvlink5_switch_devices(str(tmp_path)) == ["mlx5_4"]
+    assert nvidia_node.pci_nvswitches(str(tmp_path)) == []
+    assert nvidia_node.nvlink5_switch_devices(str(tmp_path / "none")) == []
+
+
+def test_ofed_is_found_by_ofed_info_which_mlnx_ofed_and_doca_ofed_install():
+    def answer(stdout, rc=0):
+        return lambda argv, **_kw: subprocess.CompletedProcess(argv, rc, stdout, "")
+
+    assert nvidia_node.ofed_release(answer("MLNX_OFED_LINUX-24.10-1.1.4.0:\n")) == "MLNX_OFED_LINUX-24.10-1.1.4.0"
+    assert nvidia_node.ofed_release(answer("OFED-internal-25.01-0.6.0:\n")) == "OFED-internal-25.01-0.6.0"
+
+    def missing(argv, **_kw):
+        raise FileNotFoundError(argv[0])
+
+    assert nvidia_node.ofed_release(missing) is None  # the inbox RDMA stack has no ofed_info
+    assert nvidia_node.ofed_release(answer("", 1)) is None
+
+
+def test_the_gpudirect_rdma_path_peermem_dma_buf_or_why_neither(tmp_path):
+    module = tmp_path / "module" / "nvidia"
+    assert nvidia_node.open_modules_loaded(str(tmp_path)) is None
+    module.mkdir(parents=True)
+    (module / "taint").write_text("O\n")  # open modules: out-of-tree, not proprietary
+    assert nvidia_node.open_modules_loaded(str(tmp_path)) is True
+    (module / "taint").write_text("POE\n")
+    assert nvidia_node.open_modules_loaded(str(tmp_path)) is False
+    path = nvidia_node.gpudirect_rdma
+    assert path(True, False, True, "6.8.0-49-generic") == "DMA-BUF"
+    assert path(True, True, True, "6.8.0-49-generic") == "peermem"
+    assert path(False, False, True, "6.8.0") == "no HCA"
+    assert path(True, False, None, "6.8.0") == "no driver loaded"
+    assert path(True, False, False, "6.8.0").startswith("none (DMA-BUF needs the open modules")
+    assert path(True, False, True, "5.4.0-200-generic").startswith("none (DMA-BUF needs Linux 5.12")

@@ -28,10 +28,18 @@ def test_open_modules_refuse_volta_and_accept_hopper():
     assert hw.open_modules_refusal("node3", ["0x1024"], "open")
 
 
-def test_nvlsm_only_with_nvswitches_and_blackwell_data_center_gpus():
-    assert hw.needs_nvlsm([B200] * 8, nvswitch_count=2)
-    assert not hw.needs_nvlsm([H100] * 8, nvswitch_count=4)
-    assert not hw.needs_nvlsm([B200], nvswitch_count=0)
+def test_nvlsm_on_nvlink5_systems_and_with_blackwell_data_center_gpus():
+    # HGX B200/B300 have no NVSwitch on the PCI bus: their switch management ports (nvlink5) or their GPUs tell.
+    assert hw.needs_nvlsm([B200] * 8, nvlink5_count=0)
+    assert hw.needs_nvlsm(["0x3182"] * 8, nvlink5_count=0)  # B300
+    assert hw.needs_nvlsm([], nvlink5_count=2)  # found by the switch ports, GPUs not read (gpu-less test nodes)
+    assert not hw.needs_nvlsm([H100] * 8, nvlink5_count=0)
+    assert not hw.needs_nvlsm(["0x2b85"], nvlink5_count=0)  # RTX PRO 6000 Blackwell: not a data-center part
+
+
+def test_blackwell_ultra_is_in_the_device_table():
+    # Driver README, Appendix A: B300 10de:3182, GB300 10de:31c2; compute capability 10.3.
+    assert hw.gpu_model("0x3182")["capability"] == hw.gpu_model("0x31c2")["capability"] == (10, 3)
 
 
 def test_gencode_follows_the_gpus_found():
@@ -61,3 +69,20 @@ def test_the_device_id_blocks_do_not_overlap():
     blocks = sorted(hw.COMPUTE_CAPABILITY_BY_DEVICE_ID)
     for (first, last, _c, chip), (next_first, _l, _n, next_chip) in zip(blocks, blocks[1:]):
         assert first <= last < next_first, (chip, next_chip)
+
+
+def test_branches_above_580_are_refused_before_turing_and_the_proprietary_modules_on_blackwell_and_grace_hopper():
+    refusal = hw.branch_flavor_refusal("node3", [H100, V100], 590, "proprietary")
+    assert refusal == ("node3: nvidia_driver_branch=590 does not support the GPU 0x1db1 (Volta GV100 (Tesla V100, "
+                       "TITAN V)): 580 is the last driver branch for Maxwell, Pascal and Volta GPUs; set "
+                       "nvidia_driver_branch: 580 for this node")
+    assert hw.branch_flavor_refusal("node3", [P100], "600", "proprietary")
+    assert hw.branch_flavor_refusal("node3", ["0x13bb"], 590, "proprietary")  # Maxwell, outside the table
+    assert hw.branch_flavor_refusal("node3", [V100, P100], 580, "proprietary") is None
+    assert hw.branch_flavor_refusal("node3", [T4, H100], 590, "proprietary") is None
+    blackwell = hw.branch_flavor_refusal("node4", [B200], 580, "proprietary")
+    assert blackwell and blackwell.startswith("node4: nvidia_driver_flavor=proprietary cannot drive the GPU 0x2901")
+    assert "set nvidia_driver_flavor: open" in blackwell
+    assert "Grace Hopper GH200" in hw.branch_flavor_refusal("node5", ["0x2342"], 580, "proprietary")
+    assert hw.branch_flavor_refusal("node4", [B200, "0x2342"], 580, "open") is None
+    assert hw.branch_flavor_refusal("node4", [V100], "latest", "open") is None  # the branch check names that one

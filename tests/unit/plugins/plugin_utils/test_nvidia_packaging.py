@@ -80,3 +80,22 @@ def test_enabled_repository_ids_are_whole_ids():
                 "crb-debug                      Rocky Linux 9 - CRB - Debug\n\n")
     assert pkg.enabled_repo_ids(repolist) == ["appstream", "crb-debug"]
     assert "crb" not in pkg.enabled_repo_ids(repolist)  # a substring test would have found it
+
+
+def test_fabric_manager_follows_the_driver_s_upstream_version_not_its_revision():
+    # NVIDIA's apt repositories: the driver's packages 560.35.03-0ubuntu1, Fabric Manager's 560.35.03-1.
+    assert pkg.upstream_version("560.35.03-0ubuntu1") == pkg.upstream_version("560.35.03-1") == "560.35.03"
+    assert pkg.upstream_version("1:580.95.05-1") == "580.95.05"
+    assert pkg.upstream_version("580.95.05-1.el9") == "580.95.05"
+    assert pkg.upstream_version("580.95.05") == "580.95.05"
+    assert pkg.at_upstream_version(["nvidia-fabricmanager-560"], "560.35.03-0ubuntu1", "apt") == [
+        "nvidia-fabricmanager-560=560.35.03-*"]
+    assert pkg.at_upstream_version(["nvidia-fabricmanager"], "3:580.95.05-1.el9", "dnf") == [
+        "nvidia-fabricmanager-580.95.05"]
+
+
+def test_fabric_manager_s_names_per_branch_as_nvidia_s_driver_container_installs_them():
+    assert pkg.fabricmanager_packages(570, "apt") == ["nvidia-fabricmanager-570", "libnvidia-nscq-570"]
+    assert pkg.fabricmanager_packages("580", "apt") == ["nvidia-fabricmanager", "libnvidia-nscq"]
+    assert pkg.fabricmanager_packages(590, "dnf") == ["nvidia-fabricmanager", "libnvidia-nscq"]
+    assert pkg.fabricmanager_packages(570, "dnf") == ["nvidia-fabric-manager", "libnvidia-nscq-570"]

@@ -49,9 +49,12 @@ def test_report_and_plot_files(tmp_path):
 
 def test_fabric_manager_must_be_the_drivers_version_and_run_where_nvswitches_are():
     results = {
-        "n0": {"fabricmanager": None, "fabricmanager_needed": False, "persistence_mode": "Enabled", "peermem": True},
-        "n1": {"fabricmanager": "570.124.06-1", "driver_package": "570.124.06-1", "fabricmanager_state": "active",
-               "fabricmanager_needed": True, "persistence_mode": "Enabled", "peermem": True},
+        "n0": {"fabricmanager": None, "fabricmanager_needed": False, "persistence_mode": "Enabled", "peermem": True,
+               "gpudirect_rdma": "peermem"},
+        # NVIDIA's apt packages: the driver's revision is Ubuntu-style, Fabric Manager's -1; the versions are equal.
+        "n1": {"fabricmanager": "570.124.06-1", "driver_package": "570.124.06-0ubuntu1", "fabricmanager_state": "active",
+               "fabricmanager_needed": True, "persistence_mode": "Enabled", "peermem": False,
+               "gpudirect_rdma": "DMA-BUF"},
         "n2": {"fabricmanager": "570.133.20-1", "driver_package": "570.124.06-1", "fabricmanager_state": "active",
                "fabricmanager_needed": True},
         "n3": {"fabricmanager": "570.124.06-1", "driver_package": "570.124.06-1", "fabricmanager_state": "no systemd",
@@ -64,6 +67,6 @@ def test_fabric_manager_must_be_the_drivers_version_and_run_where_nvswitches_are
         "this node's init)",
         "n4: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not installed"]
     table = verify.services_table(results).splitlines()
-    assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "peermem"]
-    assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "loaded"]
-    assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "loaded"]
+    assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "GPUDirect", "RDMA"]
+    assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "peermem"]
+    assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "DMA-BUF"]
