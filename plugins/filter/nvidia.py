@@ -37,6 +37,8 @@ description:
     C(560.35.03)); C(branch | fabricmanager_packages(kind)) names Fabric Manager's and libnvidia-nscq's packages
     for a driver branch and C(apt) or C(dnf); C(names | at_upstream_version(version, kind)) makes package
     specifications at an upstream version, whatever the revision.
+  - C(apt_cache_policy | podman_cdi_problem(host)) says why the node's Podman (installed, else apt's candidate) cannot
+    give containers GPUs through CDI (older than 4.1), or an empty string.
   - Versions are compared numerically.
 options:
   _input:
@@ -120,4 +122,5 @@ class FilterModule:
                 "apt_sources_for": nvidia_packaging.apt_sources_for,
                 "upstream_version": nvidia_packaging.upstream_version,
                 "fabricmanager_packages": nvidia_packaging.fabricmanager_packages,
-                "at_upstream_version": nvidia_packaging.at_upstream_version}
+                "at_upstream_version": nvidia_packaging.at_upstream_version,
+                "podman_cdi_problem": nvidia_packaging.podman_cdi_problem}

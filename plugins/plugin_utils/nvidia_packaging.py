@@ -184,3 +184,35 @@ def apt_sources_for(sources: Mapping[str, str], repository_url: str, own_file: s
                 found.append(path)
                 break
     return found
+
+
+# Podman reads CDI specifications (/etc/cdi, /var/run/cdi), through which NVIDIA Container Toolkit gives a container
+# its GPUs (--device nvidia.com/gpu=all), from 4.1 on (NVIDIA Container Toolkit install guide, "Support for Container
+# Device Interface"; Podman 4.1 release notes). Ubuntu 22.04 ships 3.4.4, Debian 11 3.0.1.
+PODMAN_CDI_MIN = (4, 1)
+
+
+def policy_version(policy: str) -> str:
+    """The version `apt-cache policy NAME` says is installed, else its candidate; '' when neither."""
+    found = {}
+    for line in policy.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep and key in ("Installed", "Candidate"):
+            found[key] = value.strip()
+    for key in ("Installed", "Candidate"):
+        if found.get(key) and found[key] != "(none)":
+            return found[key]
+    return ""
+
+
+def podman_cdi_problem(policy: str, host: str) -> str:
+    """Why Podman on this node cannot give a container its GPUs (older than 4.1: no CDI), naming host and version;
+    '' when it can, or when apt knows no Podman version (the engine's install then says so)."""
+    version = policy_version(policy)
+    numbers = re.match(r"^(?:\d+:)?(\d+)\.(\d+)", version)
+    if not numbers or (int(numbers.group(1)), int(numbers.group(2))) >= PODMAN_CDI_MIN:
+        return ""
+    return ("%s: Podman %s reads no CDI specification (Podman 4.1 or later does), so GPU containers would get no GPU "
+            "through --device nvidia.com/gpu=all; use container_runtime_engine=docker (gpufleet_container_engine), or "
+            "a Podman 4.1 or later from another source" % (host, version))
+

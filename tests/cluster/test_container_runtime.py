@@ -55,3 +55,31 @@ def test_a_bad_engine_is_refused_before_any_package_is_touched(cluster):
     assert re.search(r"fatal: \[node0\].*\n(.*\n)*.*container_runtime_engine must be one of: docker, podman, got: lxc",
                      run.out), run.out[-2000:]
     assert not cluster.host("node0").package("podman").is_installed
+
+
+# What `apt-cache policy podman` answers on Ubuntu 22.04 (jammy-updates), put in front of the node's own apt-cache:
+# the nodes are Debian 12, whose Podman (4.3.1) reads CDI. Stand-in for an Ubuntu 22.04 node's apt, nothing more.
+JAMMY_APT_CACHE = r"""#!/bin/sh
+if [ "$1 $2" = "policy podman" ]; then
+  printf 'podman:\n  Installed: (none)\n  Candidate: 3.4.4+ds1-1ubuntu1.22.04.3\n'
+  exit 0
+fi
+exec /usr/bin/apt-cache "$@"
+"""
+
+
+def test_podman_older_than_4_1_is_refused_on_a_gpu_node_before_it_is_installed(cluster):
+    """Checks: the refusal names node, version and the variable, before the engine's install (nothing changed).
+    Not checked: a real Ubuntu 22.04 node (its apt's answer is a stand-in)."""
+    cluster.node_exec("node2", "sh", "-c", "cat > /usr/local/bin/apt-cache <<'EOF'\n%sEOF\nchmod 755 /usr/local/bin/apt-cache"
+                      % JAMMY_APT_CACHE, check=True)
+    try:
+        run = cluster.playbook("provision.yml", *ARGS[:-1], "node2")
+        assert run.rc != 0
+        assert ("node2: Podman 3.4.4+ds1-1ubuntu1.22.04.3 reads no CDI specification (Podman 4.1 or later does)"
+                in " ".join(run.out.split())), run.out[-3000:]
+        assert "container_runtime_engine=docker" in " ".join(run.out.split())
+        assert run.recap()["node2"]["changed"] == 0
+        assert "TASK [gpufleet.cluster.container_runtime : Install the engine" not in run.out
+    finally:
+        cluster.node_exec("node2", "rm", "-f", "/usr/local/bin/apt-cache")

@@ -99,3 +99,28 @@ def test_fabric_manager_s_names_per_branch_as_nvidia_s_driver_container_installs
     assert pkg.fabricmanager_packages("580", "apt") == ["nvidia-fabricmanager", "libnvidia-nscq"]
     assert pkg.fabricmanager_packages(590, "dnf") == ["nvidia-fabricmanager", "libnvidia-nscq"]
     assert pkg.fabricmanager_packages(570, "dnf") == ["nvidia-fabric-manager", "libnvidia-nscq-570"]
+
+
+# `apt-cache policy podman` on Ubuntu 22.04 (jammy-updates ships 3.4.4+ds1-1ubuntu1.22.04.3) and on Debian 12.
+JAMMY_PODMAN = """podman:
+  Installed: (none)
+  Candidate: 3.4.4+ds1-1ubuntu1.22.04.3
+  Version table:
+     3.4.4+ds1-1ubuntu1.22.04.3 500
+        500 http://archive.ubuntu.com/ubuntu jammy-updates/universe amd64 Packages
+     3.4.4+ds1-1ubuntu1 500
+        500 http://archive.ubuntu.com/ubuntu jammy/universe amd64 Packages
+"""
+BOOKWORM_PODMAN = """podman:
+  Installed: 4.3.1+ds1-8+deb12u1
+  Candidate: 4.3.1+ds1-8+deb12u1
+"""
+
+
+def test_podman_before_4_1_is_refused_for_gpu_containers_naming_the_version():
+    problem = pkg.podman_cdi_problem(JAMMY_PODMAN, "gpu07")
+    assert problem.startswith("gpu07: Podman 3.4.4+ds1-1ubuntu1.22.04.3 reads no CDI specification")
+    assert "container_runtime_engine=docker" in problem
+    assert pkg.podman_cdi_problem(BOOKWORM_PODMAN, "gpu07") == ""
+    assert pkg.podman_cdi_problem("podman:\n  Installed: 3.0.1+dfsg1-3+deb11u5\n  Candidate: 4.1.0-1\n", "n")  # installed wins
+    assert pkg.podman_cdi_problem("N: Unable to locate package podman\n", "n") == ""
