@@ -237,17 +237,21 @@ def _read_stamp(path: str) -> str:
 def build(dest: str) -> str:
     """Build the repository under dest/<SLUG>, and NVIDIA Container Toolkit's under dest/TOOLKIT_DIR; return the
     mirror root to give the roles (a file:// URL)."""
-    _flat_repo(os.path.join(dest, SLUG), PACKAGES, KEY_NAME, os.path.join(dest, ".recipe"))
+    # NVIDIA's CUDA repositories' Release files say "Origin: NVIDIA" and "Label: NVIDIA CUDA": the apt preferences
+    # of NVIDIA's cuda-<distro>.pin (and the nvidia_repo role's) select the repository by that label.
+    _flat_repo(os.path.join(dest, SLUG), PACKAGES, KEY_NAME, os.path.join(dest, ".recipe"),
+               origin="NVIDIA", label="NVIDIA CUDA")
     toolkit = os.path.join(dest, TOOLKIT_DIR)
     _flat_repo(os.path.join(toolkit, "stable", "deb", "amd64"), TOOLKIT_PACKAGES, os.path.join("..", "..", "..", "gpgkey"),
                os.path.join(toolkit, ".recipe"))
     return "file://" + dest
 
 
-def _flat_repo(repo: str, packages: list, key_name: str, stamp: str) -> None:
+def _flat_repo(repo: str, packages: list, key_name: str, stamp: str, origin: str = "gpufleet test stand-in",
+               label: str = "gpufleet test stand-in") -> None:
     """A flat apt repository of packages in repo, signed (InRelease) by a key made for it, exported as key_name
     (relative to repo); made anew when its content changes, not only when absent."""
-    recipe = hashlib.sha256(repr((packages, sorted(EXTRAS.items()))).encode()).hexdigest()
+    recipe = hashlib.sha256(repr((packages, sorted(EXTRAS.items()), origin, label)).encode()).hexdigest()
     if os.path.exists(os.path.join(repo, "InRelease")) and _read_stamp(stamp) == recipe:
         return
     shutil.rmtree(repo, ignore_errors=True)
@@ -265,7 +269,7 @@ def _flat_repo(repo: str, packages: list, key_name: str, stamp: str) -> None:
             handle.write(data)
         with gzip.open(os.path.join(repo, "Packages.gz"), "wb") as handle:
             handle.write(data)
-        lines = ["Origin: gpufleet test stand-in", "Label: gpufleet test stand-in",
+        lines = ["Origin: %s" % origin, "Label: %s" % label,
                  "Date: %s" % time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()), "SHA256:"]
         for index in ("Packages", "Packages.gz"):
             with open(os.path.join(repo, index), "rb") as handle:

@@ -10,6 +10,7 @@ and the nodes have no GPU. No test here loads a real driver or runs a real NCCL 
 """
 
 import json
+import re
 
 import pytest
 
@@ -43,6 +44,11 @@ def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisio
         assert "Value: /usr/local/cuda-12.8" in query and "Status: manual" in query
         assert host.file("/usr/local/cuda").linked_to == host.file("/etc/alternatives/cuda").linked_to
         assert "release 12.8" in host.check_output("bash -lc 'nvcc --version'")
+        # NVIDIA's repository ranks above Debian's archive (600 > 500), selected by its Release label as NVIDIA's
+        # own cuda-<distro>.pin selects it.
+        assert "Pin: release l=NVIDIA CUDA\nPin-Priority: 600" in host.file(
+            "/etc/apt/preferences.d/gpufleet-nvidia-cuda").content_string
+        assert re.search(r"^ +600 \S*nvidia-repo/debian12/x86_64", host.check_output("apt-cache policy"), re.M)
         sources = host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").content_string
         assert "URIs: file:///nvidia-repo/debian12/x86_64/" in sources
         assert "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc" in sources
