@@ -166,10 +166,11 @@ def grep_files(output: str) -> dict[str, str]:
     return found
 
 
-def apt_sources_for(sources: Mapping[str, str], repository_url: str, own_file: str) -> list[str]:
+def apt_sources_for(sources: Mapping[str, str], repository_url: str, own_file: str, under: bool = False) -> list[str]:
     """The apt source files, other than own_file, that already name repository_url (NVIDIA's repository): the
     cuda-keyring package's cuda-<distro>-<arch>.list, or one written by hand. Two sources of one repository with
-    different Signed-By keys make `apt update` fail ("Conflicting values set for option Signed-By")."""
+    different Signed-By keys make `apt update` fail ("Conflicting values set for option Signed-By"). With under, a
+    URL below repository_url counts too: NVIDIA Container Toolkit's own list names .../stable/deb/$(ARCH)."""
     wanted = repository_url.rstrip("/")
     found = []
     for path, text in sorted(sources.items()):
@@ -180,7 +181,7 @@ def apt_sources_for(sources: Mapping[str, str], repository_url: str, own_file: s
             if not line:
                 continue
             urls = re.findall(r"(?:https?|file)://[^\s\]]+", line)
-            if any(url.rstrip("/") == wanted for url in urls):
+            if any(url.rstrip("/") == wanted or (under and url.startswith(wanted + "/")) for url in urls):
                 found.append(path)
                 break
     return found
@@ -215,4 +216,3 @@ def podman_cdi_problem(policy: str, host: str) -> str:
     return ("%s: Podman %s reads no CDI specification (Podman 4.1 or later does), so GPU containers would get no GPU "
             "through --device nvidia.com/gpu=all; use container_runtime_engine=docker (gpufleet_container_engine), or "
             "a Podman 4.1 or later from another source" % (host, version))
-

@@ -185,7 +185,9 @@ else:
     sys.exit("gpufleet stand-in nvidia-ctk: %s is not stood in for" % " ".join(args))
 """
 TOOLKIT_PACKAGES: list[tuple[str, str, dict[str, str]]] = []
-for _version in ("1.17.8-1", "1.18.0-1"):
+# 1.18.1 and 1.18.2 fix NVIDIA_VISIBLE_DEVICES=none exposing every GPU (NVIDIA Container Toolkit release notes);
+# gpufleet's default is 1.18.2-1, and the older ones stay in the repository so that the pin is tested.
+for _version in ("1.17.8-1", "1.18.0-1", "1.18.2-1"):
     for _name in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
                   "nvidia-container-toolkit"):
         _files = {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n"}

@@ -19,7 +19,15 @@ TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvid
            "libnvidia-container1")
 
 
+# The toolkit's repository as its install guide sets it up (its own list, another key file): beside gpufleet's
+# source with another Signed-By, `apt update` would fail ("Conflicting values set for option Signed-By").
+GUIDE_LIST = ("echo 'deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+              "file:///nvidia-repo/%s/stable/deb/$(ARCH) /' > /etc/apt/sources.list.d/nvidia-container-toolkit.list")
+
+
 def test_container_runtime_gives_gpu_less_nodes_the_engine_and_gpu_nodes_the_toolkit(cluster):
+    from standin_repo import TOOLKIT_DIR  # pylint: disable=import-outside-toplevel
+    cluster.node_exec("node2", "sh", "-c", GUIDE_LIST % TOOLKIT_DIR, check=True)
     first = cluster.playbook("provision.yml", *ARGS)
     assert first.rc == 0, first.out[-3000:]
     gpu_less, gpu = cluster.host("node1"), cluster.host("node2")
@@ -31,15 +39,18 @@ def test_container_runtime_gives_gpu_less_nodes_the_engine_and_gpu_nodes_the_too
     assert not gpu_less.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").exists
 
     for name in TOOLKIT:
-        assert gpu.package(name).version == "1.18.0-1", name  # pinned: the repository also has 1.17.8-1
+        assert gpu.package(name).version == "1.18.2-1", name  # pinned: the repository also has 1.18.0-1, 1.17.8-1
     held = gpu.check_output("dpkg --get-selections %s" % " ".join(TOOLKIT))
     assert sorted(line.split()[1] for line in held.splitlines()) == ["hold"] * 4, held
     sources = gpu.file("/etc/apt/sources.list.d/nvidia-container-toolkit.sources").content_string
     assert "URIs: file:///nvidia-repo/libnvidia-container/stable/deb/amd64/" in sources
+    assert not gpu.file("/etc/apt/sources.list.d/nvidia-container-toolkit.list").exists  # set aside, not deleted
+    assert gpu.file("/etc/apt/sources.list.d/nvidia-container-toolkit.list.disabled-by-gpufleet").exists
+    assert gpu.run("apt-get update").rc == 0
     assert "Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc" in sources
     assert gpu.file("/etc/apt/keyrings/nvidia-container-toolkit.asc").contains("BEGIN PGP PUBLIC KEY BLOCK")
     cdi = gpu.file("/etc/cdi/nvidia.yaml").content_string
-    assert "gpufleet stand-in for nvidia-ctk cdi generate (1.18.0-1)" in cdi and "kind: nvidia.com/gpu" in cdi
+    assert "gpufleet stand-in for nvidia-ctk cdi generate (1.18.2-1)" in cdi and "kind: nvidia.com/gpu" in cdi
 
     again = cluster.playbook("provision.yml", *ARGS)
     assert again.rc == 0 and all(counts["changed"] == 0 for counts in again.recap().values()), again.out[-3000:]

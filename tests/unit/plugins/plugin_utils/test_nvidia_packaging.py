@@ -46,6 +46,18 @@ def test_other_sources_of_the_same_repository_are_found():
         "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list"]
 
 
+def test_the_toolkit_install_guide_s_own_list_is_found_below_the_repository_root():
+    # NVIDIA Container Toolkit install guide: its list names .../stable/deb/$(ARCH), which apt expands.
+    root = "https://nvidia.github.io/libnvidia-container"
+    grep = ("/etc/apt/sources.list.d/nvidia-container-toolkit.list:deb [signed-by=/usr/share/keyrings/nvidia-container-"
+            "toolkit-keyring.gpg] %s/stable/deb/$(ARCH) /\n"
+            "/etc/apt/sources.list.d/nvidia-container-toolkit.sources:URIs: %s/stable/deb/amd64/\n") % (root, root)
+    own = "/etc/apt/sources.list.d/nvidia-container-toolkit.sources"
+    assert pkg.apt_sources_for(pkg.grep_files(grep), root, own, under=True) == [
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.list"]
+    assert pkg.apt_sources_for(pkg.grep_files(grep), root, own) == []  # the CUDA repository's rule: exact URL
+
+
 def test_every_package_of_the_branch_is_found():
     listing = ("nvidia-open-570 570.124.06-1\nlibnvidia-compute-570 570.124.06-1\nnvidia-utils-570 570.124.06-1\n"
                "nvidia-kernel-common-570 570.124.06-0ubuntu1\nnvidia-firmware-570-570.124.06 570.124.06-1\n"
