@@ -53,8 +53,23 @@ def cuda_major_minor(value: Any, variable: str = "cuda_toolkit_version") -> tupl
     return major, minor
 
 
+# Minor version compatibility: every CUDA 12.x runs on a driver of 525 or later, every 13.x on 580 or later (CUDA
+# Compatibility guide, "Minor Version Compatibility", and the CUDA Toolkit Release Notes' table of minimum drivers
+# for it), without the features that need the newer driver (PTX JIT of code from the newer toolkit among them).
+MINOR_VERSION_COMPATIBILITY = {12: 525, 13: 580}
+
+
+def _lowest_branch(key: str, table: Mapping[str, Any]) -> int:
+    """The lowest driver branch that runs CUDA key: its toolkit driver, or its major's minor version compatibility."""
+    own = int(table[key])
+    compatible = MINOR_VERSION_COMPATIBILITY.get(version_tuple(key)[0])
+    return min(own, compatible) if compatible is not None else own
+
+
 def check_cuda_driver(cuda: Any, branch: Any, table: Mapping[str, Any]) -> dict[str, Any]:
-    """Refuse a CUDA version newer than the driver branch supports, from table {'12.8': 570, ...}."""
+    """Refuse a CUDA version the driver branch cannot run, from table {'12.8': 570, ...} (the toolkit's own driver)
+    and minor version compatibility (MINOR_VERSION_COMPATIBILITY): 13.2 runs on the 580 long-term branch. The
+    answer's ``compatibility`` says when only minor version compatibility lets it run."""
     major, minor = cuda_major_minor(cuda)
     number = driver_branch(branch)
     key = "%d.%d" % (major, minor)
@@ -63,12 +78,15 @@ def check_cuda_driver(cuda: Any, branch: Any, table: Mapping[str, Any]) -> dict[
             "cuda_toolkit_version: %s is not in the compatibility table (%s); add it to "
             "cuda_toolkit_driver_minimum with the driver branch it needs" % (key, ", ".join(sorted(table, key=version_tuple))))
     needed = driver_branch(table[key], "cuda_toolkit_driver_minimum[%s]" % key)
+    if number < needed and _lowest_branch(key, table) <= number:
+        return {"cuda": key, "driver_branch": number, "needs": needed, "compatibility": True}
     if number < needed:
-        newest = max((k for k, v in table.items() if int(v) <= number), key=version_tuple, default=None)
+        needed = _lowest_branch(key, table)
+        newest = max((k for k in table if _lowest_branch(k, table) <= number), key=version_tuple, default=None)
         raise StackError(
             "cuda_toolkit_version: CUDA %s needs driver branch %d or newer, but nvidia_driver_branch is %d%s"
             % (key, needed, number, "; the newest CUDA it runs is %s" % newest if newest else ""))
-    return {"cuda": key, "driver_branch": number, "needs": needed}
+    return {"cuda": key, "driver_branch": number, "needs": needed, "compatibility": False}
 
 
 def check_nccl_for_cuda(nccl_version: Any, cuda: Any) -> dict[str, str]:

@@ -125,7 +125,9 @@ def test_a_fabric_manager_version_other_than_the_drivers_fails_in_preflight(clus
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ("cuda_toolkit_version=13.1", "cuda_toolkit_version: CUDA 13.1 needs driver branch 590 or newer, but"),
+    # 13.x runs on 580 and later (minor version compatibility), not on 570.
+    ("cuda_toolkit_version=13.1 nvidia_driver_branch=570",
+     "cuda_toolkit_version: CUDA 13.1 needs driver branch 580 or newer, but"),
     ("nvidia_driver_branch=latest", "nvidia_driver_branch: 'latest' is not a driver branch"),
     ("nccl_version=2.26.2-1+cuda11.8", "nccl_version: 2.26.2-1+cuda11.8 is built for CUDA 11.8"),
 ])

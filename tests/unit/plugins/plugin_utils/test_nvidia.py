@@ -35,7 +35,7 @@ def test_cuda_newer_than_the_driver_supports_is_refused():
     with pytest.raises(StackError) as err:
         nvidia.check_cuda_driver("13.0", 570, TABLE)
     assert str(err.value) == ("cuda_toolkit_version: CUDA 13.0 needs driver branch 580 or newer, but "
-                              "nvidia_driver_branch is 570; the newest CUDA it runs is 12.8")
+                              "nvidia_driver_branch is 570; the newest CUDA it runs is 12.9")  # 12.x: from 525
 
 
 def test_cuda_missing_from_the_table_is_refused():
@@ -75,7 +75,7 @@ def test_reboot_only_when_the_loaded_driver_differs(installed, loaded, gpu, allo
     assert nvidia.reboot_decision(installed, loaded, gpu, allowed)["reboot"] is reboot
 
 
-def test_the_roles_table_runs_cuda_13_1_and_13_2_only_on_their_branches():
+def test_the_roles_table_runs_every_cuda_13_on_the_580_long_term_branch_through_minor_version_compatibility():
     import os  # pylint: disable=import-outside-toplevel
 
     import yaml  # pylint: disable=import-outside-toplevel
@@ -83,7 +83,13 @@ def test_the_roles_table_runs_cuda_13_1_and_13_2_only_on_their_branches():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(repo, "roles", "cuda_toolkit", "defaults", "main.yml")) as handle:
         table = yaml.safe_load(handle)["cuda_toolkit_driver_minimum"]
-    assert table["13.1"] == 590 and table["13.2"] == 595
-    with pytest.raises(nvidia.StackError, match="CUDA 13.1 needs driver branch 590 or newer, but nvidia_driver_branch is 580"):
-        nvidia.check_cuda_driver("13.1", 580, table)
-    assert nvidia.check_cuda_driver("13.2", 595, table)["needs"] == 595
+    assert (table["13.1"], table["13.2"], table["13.3"], table["13.4"]) == (590, 595, 610, 616)
+    # NVIDIA's support matrix: all of CUDA 13.x on R580 (minor version compatibility), 12.x on 525 and later.
+    for cuda in ("13.0", "13.1", "13.2", "13.3", "13.4"):
+        assert nvidia.check_cuda_driver(cuda, 580, table)["compatibility"] is (cuda != "13.0")
+    assert nvidia.check_cuda_driver("13.2", 595, table) == {"cuda": "13.2", "driver_branch": 595, "needs": 595,
+                                                           "compatibility": False}
+    assert nvidia.check_cuda_driver("12.9", 550, table)["compatibility"] is True
+    with pytest.raises(nvidia.StackError, match="CUDA 13.4 needs driver branch 580 or newer, but nvidia_driver_branch "
+                                                "is 575; the newest CUDA it runs is 12.9"):
+        nvidia.check_cuda_driver("13.4", 575, table)
