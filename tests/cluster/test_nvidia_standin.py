@@ -84,6 +84,9 @@ def test_a_gpu_node_gets_headers_a_built_module_persistence_fabric_manager_and_n
     # Every package of the branch is held, not only the metapackage.
     assert installed["libnvidia-compute"] == installed["nvidia-utils"] == ("580.95.05-1", "hold")
     assert host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % kernel).content_string.strip() == "580.95.05"
+    # unattended-upgrades leaves the kernel and NVIDIA's packages (apt reads the drop-in: its syntax is apt's).
+    blacklist = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert '"^linux-image-"' in blacklist and '"^nvidia-"' in blacklist and '"^libnvidia-"' in blacklist, blacklist
     # Fabric Manager and libnvidia-nscq at the driver's version (a newer one exists in the repository), held with it,
     # under the unversioned names NVIDIA uses from 580.
     assert installed["nvidia-fabricmanager"] == installed["libnvidia-nscq"] == ("580.95.05-1", "hold")
