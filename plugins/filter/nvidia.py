@@ -39,6 +39,8 @@ description:
     specifications at an upstream version, whatever the revision.
   - C(apt_cache_policy | podman_cdi_problem(host)) says why the node's Podman (installed, else apt's candidate) cannot
     give containers GPUs through CDI (older than 4.1), or an empty string.
+  - C(display_output | alternative_state) reads C(update-alternatives --display NAME) (Debian's and EL's) into
+    C(value) (where the link points) and C(manual).
   - Versions are compared numerically.
 options:
   _input:
@@ -123,4 +125,5 @@ class FilterModule:
                 "upstream_version": nvidia_packaging.upstream_version,
                 "fabricmanager_packages": nvidia_packaging.fabricmanager_packages,
                 "at_upstream_version": nvidia_packaging.at_upstream_version,
-                "podman_cdi_problem": nvidia_packaging.podman_cdi_problem}
+                "podman_cdi_problem": nvidia_packaging.podman_cdi_problem,
+                "alternative_state": nvidia_packaging.alternative_state}

@@ -216,3 +216,14 @@ def podman_cdi_problem(policy: str, host: str) -> str:
     return ("%s: Podman %s reads no CDI specification (Podman 4.1 or later does), so GPU containers would get no GPU "
             "through --device nvidia.com/gpu=all; use container_runtime_engine=docker (gpufleet_container_engine), or "
             "a Podman 4.1 or later from another source" % (host, version))
+
+
+def alternative_state(display: str) -> dict[str, object]:
+    """Where an alternative points and whether it was set by hand, from `update-alternatives --display NAME`, as
+    Debian's dpkg prints it ("cuda - manual mode", "  link currently points to /usr/local/cuda-12.8") and EL's
+    chkconfig does ("cuda - status is manual.", " link currently points to ..."): EL's has no --query."""
+    lines = display.splitlines()
+    current = next((line.split("link currently points to", 1)[1].strip() for line in lines
+                    if "link currently points to" in line), "")
+    manual = bool(lines) and ("manual mode" in lines[0] or "status is manual" in lines[0])
+    return {"value": current, "manual": manual}

@@ -136,3 +136,15 @@ def test_podman_before_4_1_is_refused_for_gpu_containers_naming_the_version():
     assert pkg.podman_cdi_problem(BOOKWORM_PODMAN, "gpu07") == ""
     assert pkg.podman_cdi_problem("podman:\n  Installed: 3.0.1+dfsg1-3+deb11u5\n  Candidate: 4.1.0-1\n", "n")  # installed wins
     assert pkg.podman_cdi_problem("N: Unable to locate package podman\n", "n") == ""
+
+
+def test_the_cuda_alternative_is_read_from_debian_s_and_el_s_display():
+    debian = ("cuda - manual mode\n  link best version is /usr/local/cuda-12.9\n"
+              "  link currently points to /usr/local/cuda-12.8\n  link cuda is /usr/local/cuda\n"
+              "/usr/local/cuda-12.8 - priority 128\n/usr/local/cuda-12.9 - priority 129\n")
+    el = ("cuda - status is manual.\n link currently points to /usr/local/cuda-12.8\n"
+          "/usr/local/cuda-12.8 - priority 128\nCurrent `best' version is /usr/local/cuda-12.8.\n")
+    el_auto = el.replace("status is manual.", "status is auto.")
+    assert pkg.alternative_state(debian) == pkg.alternative_state(el) == {"value": "/usr/local/cuda-12.8", "manual": True}
+    assert pkg.alternative_state(el_auto)["manual"] is False
+    assert pkg.alternative_state("") == {"value": "", "manual": False}  # no alternative yet
