@@ -88,8 +88,9 @@ def at_upstream_version(names: Iterable[str], version: object, kind: str) -> lis
     return ["%s=%s-*" % (name, upstream) for name in names]
 
 
-# The name prefixes of NVIDIA's driver packages (apt): the kernel module, libraries and utilities of a branch.
-DRIVER_PACKAGE_PREFIXES = ("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia")
+# The name prefixes of NVIDIA's driver packages (apt and EL): the kernel module, libraries and utilities of a branch.
+DRIVER_PACKAGE_PREFIXES = ("nvidia-", "libnvidia-", "cuda-drivers", "libxnvctrl", "xserver-xorg-video-nvidia",
+                           "kmod-nvidia")
 
 
 def branch_packages(listing: str, branch: object) -> list[str]:

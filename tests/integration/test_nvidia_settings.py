@@ -27,7 +27,8 @@ APT_PINNED = dict(APT, driver_open=["nvidia-open"], driver_proprietary=["cuda-dr
                   driver_hold=["nvidia-driver-pinning-580", "nvidia-open"])
 DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvidia-driver:580-dkms"], "kind": "dnf",
        "driver_pinned": False,
-       "driver_hold": ["nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda", "nvidia-kmod-common"],
+       # The four names, and every other installed package of the branch (none on the render's empty listing).
+       "driver_hold": ["nvidia-driver", "nvidia-driver-cuda", "nvidia-driver-libs", "nvidia-kmod-common"],
        "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"],
        # By name from the stream the driver role enabled (its fm profile would be another stream to dnf).
        "fabricmanager": ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05"],

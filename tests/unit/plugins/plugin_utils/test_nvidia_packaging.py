@@ -148,3 +148,13 @@ def test_the_cuda_alternative_is_read_from_debian_s_and_el_s_display():
     assert pkg.alternative_state(debian) == pkg.alternative_state(el) == {"value": "/usr/local/cuda-12.8", "manual": True}
     assert pkg.alternative_state(el_auto)["manual"] is False
     assert pkg.alternative_state("") == {"value": "", "manual": False}  # no alternative yet
+
+
+def test_every_package_of_the_branch_is_found_on_el_too():
+    # `rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n'` on a RHEL 9 node with the 580-open stream.
+    listing = ("nvidia-driver 580.95.05-1.el9\nnvidia-driver-libs 580.95.05-1.el9\nkmod-nvidia-open-dkms 580.95.05-1.el9\n"
+               "nvidia-persistenced 580.95.05-1.el9\nlibnvidia-ml 580.95.05-1.el9\nnvidia-kmod-common 580.95.05-1.el9\n"
+               "kernel 5.14.0-503.el9\ncuda-toolkit-12-8 12.8.1-1\nlibnccl 2.26.2-1+cuda12.8\n")
+    assert pkg.branch_packages(listing, 580) == [
+        "kmod-nvidia-open-dkms", "libnvidia-ml", "nvidia-driver", "nvidia-driver-libs", "nvidia-kmod-common",
+        "nvidia-persistenced"]
