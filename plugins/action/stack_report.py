@@ -29,10 +29,17 @@ class ActionModule(ActionBase):
         results = {str(host): dict(facts) for host, facts in args["results"].items()}
         table = verify.stack_table(results)
         services = verify.services_table(results)
-        display.display("GPU stack on %d node(s)\n%s\n\nNVIDIA services\n%s" % (len(results), table, services))
+        dcgm = {str(host): dict(diag or {}) for host, diag in (args["dcgm"] or {}).items()}
+        shown = "GPU stack on %d node(s)\n%s\n\nNVIDIA services\n%s" % (len(results), table, services)
+        dcgm_table = verify.dcgm_table(dcgm) if dcgm else ""
+        if dcgm:
+            shown += "\n\nDCGM diagnostic, per GPU\n%s" % dcgm_table
+        display.display(shown)
         problems = verify.stack_problems(results, dict(args["expected_gpus"] or {}))
         problems += verify.services_problems(results)
-        result.update(changed=False, table=table.splitlines(), services=services.splitlines(), problems=problems)
+        problems += verify.dcgm_problems(dcgm, dict(args["dcgm_required"] or {}))
+        result.update(changed=False, table=table.splitlines(), services=services.splitlines(),
+                      dcgm=dcgm_table.splitlines(), problems=problems)
         if problems:
             result.update(failed=True, msg="; ".join(problems))
         return result

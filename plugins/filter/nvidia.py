@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia, nvidia_hardware, nvidia_packaging
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm, nvidia, nvidia_hardware, nvidia_packaging
 
 DOCUMENTATION = r"""
 name: nvidia
@@ -41,6 +41,11 @@ description:
     give containers GPUs through CDI (older than 4.1), or an empty string.
   - C(display_output | alternative_state) reads C(update-alternatives --display NAME) (Debian's and EL's) into
     C(value) (where the link points) and C(manual).
+  - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
+    C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string; C(wanted | dcgm_cuda_major(branch))
+    is the CUDA major whose DCGM build a node gets (the driver branch's when empty, 13 on 580, 12 on 525 to 575);
+    C(major | dcgm_package_names) and C(major | dcgm_packages(version, kind)) name DCGM's core and CUDA packages and
+    their specifications at a version (apt with NVIDIA's epoch 1, any revision).
   - Versions are compared numerically.
 options:
   _input:
@@ -101,6 +106,20 @@ def needs_nvlsm(devices: Any, nvlink5_count: Any) -> bool:
     return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvlink5_count or 0))
 
 
+def dcgm_cuda_major(wanted: Any, branch: Any) -> int:
+    try:
+        return dcgm.cuda_major(wanted, branch)
+    except nvidia.StackError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def dcgm_packages(major: Any, version: Any, kind: Any) -> list[str]:
+    try:
+        return dcgm.package_specs(major, version, str(kind))
+    except nvidia.StackError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def reboot_decision(facts: Any, allowed: Any) -> dict:
     return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
                                   bool(facts.get("gpu_present")), bool(allowed))
@@ -126,4 +145,6 @@ class FilterModule:
                 "fabricmanager_packages": nvidia_packaging.fabricmanager_packages,
                 "at_upstream_version": nvidia_packaging.at_upstream_version,
                 "podman_cdi_problem": nvidia_packaging.podman_cdi_problem,
-                "alternative_state": nvidia_packaging.alternative_state}
+                "alternative_state": nvidia_packaging.alternative_state,
+                "dcgm_preflight_error": dcgm.preflight_error, "dcgm_cuda_major": dcgm_cuda_major,
+                "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages}

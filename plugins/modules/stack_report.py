@@ -19,6 +19,9 @@ description:
   - A second table shows each node's NVIDIA services (Fabric Manager's version and state, persistence mode, and the
     path GPUDirect RDMA takes, C(peermem), C(DMA-BUF) or why neither); it fails naming the node whose Fabric Manager
     is not the driver's version, or whose NVSwitches need Fabric Manager while it is not running.
+  - With O(dcgm), a third table shows DCGM's diagnostic per node and GPU (result, the tests not passed, DCGM's
+    message); it fails naming the node and GPU of each failed result, each node whose diagnostic gave no result,
+    and each node of O(dcgm_required) without DCGM. Warnings are shown, not failed on.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -32,6 +35,12 @@ options:
     required: true
   expected_gpus:
     description: Node name to the number of GPUs it should have (null for no expectation).
+    type: dict
+  dcgm:
+    description: Node name to its M(gpufleet.cluster.dcgm_diag) result (a skipped task's result shows C(not run)).
+    type: dict
+  dcgm_required:
+    description: Node name to whether it must have DCGM (its C(dcgm_enabled)).
     type: dict
 """
 
@@ -53,8 +62,13 @@ services:
   returned: always
   type: list
   elements: str
+dcgm:
+  description: The printed table of DCGM's diagnostic, a line per item (empty without O(dcgm)).
+  returned: always
+  type: list
+  elements: str
 problems:
-  description: Each disagreement, missing GPU, or Fabric Manager problem.
+  description: Each disagreement, missing GPU, Fabric Manager problem, or GPU that failed DCGM's diagnostic.
   returned: always
   type: list
   elements: str

@@ -95,6 +95,58 @@ def services_problems(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return problems
 
 
+def _dcgm_entity(entry: Mapping[str, Any]) -> str:
+    name = str(entry.get("entity") or ("GPU %s" % entry["gpu"] if entry.get("gpu") is not None else "node"))
+    return name + (" (serial %s)" % entry["serial"] if entry.get("serial") else "")
+
+
+def dcgm_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per node and GPU: DCGM's diagnostic result, the tests not passed and DCGM's first message; a node
+    without DCGM, or whose diagnostic did not run, gets one line saying so."""
+    rows = []
+    for host, diag in results.items():
+        if diag.get("skipped"):
+            rows.append([host, "-", "not run", "", ""])
+            continue
+        if not diag.get("present"):
+            rows.append([host, "-", "no DCGM", "", ""])
+            continue
+        if diag.get("error"):
+            rows.append([host, "-", "error", "", str(diag["error"])[:120]])
+            continue
+        for entry in diag.get("gpus") or []:
+            rows.append([host, _dcgm_entity(entry), str(entry.get("result")), ", ".join(entry.get("failed") or []),
+                         ((entry.get("messages") or [""])[0])[:120]])
+    return _table(["node", "GPU or entity", "result", "not passed", "message"], rows)
+
+
+def dcgm_problems(results: Mapping[str, Mapping[str, Any]], required: Mapping[str, Any]) -> list[str]:
+    """Each GPU whose diagnostic failed (or gave a word other than Pass, Warn or Skip), naming node, GPU, tests and
+    DCGM's message; each node whose diagnostic did not run; each node that should have DCGM (dcgm_enabled) and has
+    none. Warnings are shown, not failed on."""
+    problems = []
+    for host, diag in results.items():
+        if diag.get("skipped"):
+            continue
+        level = diag.get("level", 1)
+        if not diag.get("present"):
+            if required.get(host):
+                problems.append("%s: dcgm_enabled is true but dcgmi is not installed; run provision.yml --tags dcgm"
+                                % host)
+            continue
+        if diag.get("error"):
+            problems.append("%s: DCGM's diagnostic (level %s) gave no result: %s" % (host, level, diag["error"]))
+            continue
+        for entry in diag.get("gpus") or []:
+            if entry.get("result") in ("Pass", "Warn", "Skip", "Not Run"):
+                continue
+            messages = "; ".join(entry.get("messages") or []) or "no message"
+            problems.append("%s: %s failed DCGM's diagnostic (level %s): %s: %s" % (
+                host, _dcgm_entity(entry), level, ", ".join(entry.get("failed") or [str(entry.get("result"))]),
+                messages))
+    return problems
+
+
 def pair_summary(reports: Mapping[str, Mapping[str, Any]], slow_ratio: float = 0.8) -> dict[str, Any]:
     """Peak busbw of every node pair; pairs below slow_ratio x the median are slow; a node in all slow pairs is named."""
     peaks = {pair: nccl_tests.peak_busbw(report) or 0.0 for pair, report in reports.items()}

@@ -163,6 +163,87 @@ for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9"):
     PACKAGES.append(("libnccl2", _version, {"/usr/lib/x86_64-linux-gnu/libnccl.so.%s" % _nccl: ""}))
     PACKAGES.append(("libnccl-dev", _version, {"/usr/include/nccl.h": "#define NCCL_VERSION_STRING \"%s\"\n" % _nccl}))
 
+# DCGM 4 as NVIDIA's CUDA repository carries it (docs.nvidia.com/datacenter/dcgm/latest/installation.html):
+# datacenter-gpu-manager-4-cuda<major> depending on datacenter-gpu-manager-4-core, at apt versions with NVIDIA's
+# epoch 1 (1:4.5.2-1, as NVIDIA's own Dockerfiles pin datacenter-gpu-manager-4-core=1:4.4.0-1), and the
+# nvidia-dcgm unit running nv-hostengine in the foreground (-n). A newer 4.5.3 is there too, so that an unpinned
+# install would take it. The stand-in dcgmi answers only `dcgmi diag -r N -j`: it needs a running process named
+# nv-hostengine (as the real one needs its host engine), and writes a document with DCGM 4's keys (NVIDIA/DCGM
+# nvvs/include/NvvsJsonStrings.h) for the GPUs /etc/gpufleet-standin/dcgm-gpus counts (2 without it), each
+# passing DCGM's "software" test unless /etc/gpufleet-standin/dcgm-diag-fail has a line "<GPU id> <message>".
+DCGM_HOSTENGINE = """#!/bin/bash
+exec -a nv-hostengine sleep infinity
+"""
+DCGM_UNIT = """[Unit]
+Description=NVIDIA DCGM service
+
+[Service]
+User=root
+PrivateTmp=false
+ExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm
+Restart=on-abort
+
+[Install]
+WantedBy=multi-user.target
+"""
+DCGMI = r"""#!/usr/bin/python3
+# gpufleet stand-in for DCGM's dcgmi: `dcgmi diag -r N -j` only. No GPU is tested.
+import json, os, sys
+args = sys.argv[1:]
+if args[:1] != ["diag"] or "-j" not in args or "-r" not in args:
+    sys.exit("gpufleet stand-in dcgmi: %s is not stood in for" % " ".join(args))
+def engine_running():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                if handle.read().split(b"\0")[0] == b"nv-hostengine":
+                    return True
+        except OSError:
+            pass
+    return False
+if not engine_running():
+    print(json.dumps({"DCGM Diagnostic": {"runtime_error": "unable to connect to the host engine (gpufleet stand-in:"
+                                                           " no nv-hostengine process)"}}, indent=4))
+    sys.exit(255)
+def control(name, default):
+    try:
+        with open("/etc/gpufleet-standin/" + name) as handle:
+            return handle.read()
+    except OSError:
+        return default
+count = int(control("dcgm-gpus", "2").strip() or 2)
+fails = {}
+for line in control("dcgm-diag-fail", "").splitlines():
+    gpu, _, message = line.strip().partition(" ")
+    if gpu.isdigit():
+        fails[int(gpu)] = message
+results = []
+for gpu in range(count):
+    result = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu,
+              "status": "Fail" if gpu in fails else "Pass"}
+    if gpu in fails:
+        result["warnings"] = [{"error_category": 3, "error_id": 47, "error_severity": 4, "warning": fails[gpu]}]
+    results.append(result)
+document = {
+    "DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{
+        "name": "software", "results": results, "test_summary": {"status": "Fail" if fails else "Pass"}}]}]},
+    "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
+        {"device_id": "2330", "entity_id": gpu, "serial_num": "gpufleet-standin-%d" % gpu} for gpu in range(count)]}],
+    "metadata": {"Driver Version Detected": "stand-in", "version": "@VERSION@"}}
+print(json.dumps(document, indent=4))
+sys.exit(226 if fails else 0)
+"""
+for _version in ("1:4.5.2-1", "1:4.5.3-1"):
+    _upstream = _version.split(":")[1].split("-")[0]
+    PACKAGES.append(("datacenter-gpu-manager-4-core", _version, {
+        "/usr/bin/nv-hostengine": DCGM_HOSTENGINE, "/lib/systemd/system/nvidia-dcgm.service": DCGM_UNIT,
+        "/usr/bin/dcgmi": DCGMI.replace("@VERSION@", _upstream)}))
+    for _major in ("12", "13"):
+        PACKAGES.append(("datacenter-gpu-manager-4-cuda" + _major, _version, {
+            "/usr/share/gpufleet-standin/datacenter-gpu-manager-4-cuda" + _major: _version + "\n"}))
+        EXTRAS[("datacenter-gpu-manager-4-cuda" + _major, _version)] = {
+            "Depends": "datacenter-gpu-manager-4-core (= %s)" % _version}
+
 # NVIDIA Container Toolkit's repository (its own, with its own key at <mirror>/gpgkey), as a stand-in: the four
 # packages at two versions, and an nvidia-ctk that prints a CDI specification naming the GPUs it finds under
 # GPUFLEET_SYS_ROOT (the test nodes' fake sysfs), and Docker's configuration with NVIDIA's runtime added (--dry-run).

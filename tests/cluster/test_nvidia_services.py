@@ -58,3 +58,59 @@ def test_fabric_manager_and_persistence_run_under_systemd(systemd_node):
     assert host.run("systemctl stop nvidia-fabricmanager && systemctl daemon-reexec").rc == 0
     assert systemctl(host, "start", "multi-user.target") == ""
     assert systemctl(host, "is-active", "nvidia-fabricmanager") == "active"
+
+
+DCGM = ("--tags", "nvidia_driver,nvidia_fabricmanager,dcgm", "-e", "dcgm_enabled=true")
+DCGM_PACKAGES = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13")
+
+
+def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_diagnostic(systemd_node):
+    """The dcgm role on the stand-in repository (DCGM 4.5.2 and 4.5.3 for CUDA 12 and 13, NVIDIA's epoch 1) and
+    verify.yml's DCGM table with the stand-in dcgmi (tests/cluster/standin_repo.py), which answers only when a
+    process named nv-hostengine runs and fails the GPUs a control file names. Checks the package choice for driver
+    580 (CUDA 13), the pin against a newer version, the hold, the service systemd runs, check mode, idempotence,
+    and the verdicts; not DCGM's own diagnostics, which need a GPU."""
+    node = systemd_node
+    name = node.nodes[0]
+    host = node.host(name)
+    assert node.playbook("provision.yml", *TAGS).rc == 0
+    check = node.playbook("provision.yml", *DCGM, "--check")
+    assert check.rc == 0, check.out[-4000:]
+    assert not host.package("datacenter-gpu-manager-4-core").is_installed  # check mode changed nothing
+    first = node.playbook("provision.yml", *DCGM)
+    assert first.rc == 0, first.out[-4000:]
+    for package in DCGM_PACKAGES:
+        assert host.package(package).version == "1:4.5.2-1"  # the pin, although 1:4.5.3-1 is newer
+    assert not host.package("datacenter-gpu-manager-4-cuda12").is_installed  # driver 580 reports CUDA 13
+    held = host.run("apt-mark showhold").stdout.split()
+    assert all(package in held for package in DCGM_PACKAGES), held
+    assert systemctl(host, "is-active", "nvidia-dcgm") == "active", host.run("systemctl status nvidia-dcgm").stdout
+    assert systemctl(host, "is-enabled", "nvidia-dcgm") == "enabled"
+    again = node.playbook("provision.yml", *DCGM)
+    assert again.rc == 0 and again.recap()[name]["changed"] == 0, again.out[-4000:]
+    check = node.playbook("provision.yml", *DCGM, "--check")
+    assert check.rc == 0 and check.recap()[name]["changed"] == 0, check.out[-4000:]
+
+    passed = node.playbook("verify.yml", "--tags", "stack")
+    assert passed.rc == 0, passed.out[-4000:]
+    table = passed.out.split("DCGM diagnostic, per GPU", 1)[1].splitlines()
+    assert any(line.startswith(name) and "GPU 1 (serial gpufleet-standin-1)" in line and " Pass" in line
+               for line in table), table[:6]
+    host.run("mkdir -p /etc/gpufleet-standin && echo '1 GPU 1 has pending row remaps (stand-in)' "
+             "> /etc/gpufleet-standin/dcgm-diag-fail")
+    try:
+        failed = node.playbook("verify.yml", "--tags", "stack")
+    finally:
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag-fail")
+    assert failed.rc != 0
+    assert ("%s: GPU 1 (serial gpufleet-standin-1) failed DCGM's diagnostic (level 1): software (fail): GPU 1 has "
+            "pending row remaps (stand-in)" % name) in failed.out, failed.out[-4000:]
+    # Without its host engine DCGM gives no result, and verify.yml says so for the node instead of passing it.
+    assert host.run("systemctl stop nvidia-dcgm").rc == 0
+    try:
+        stopped = node.playbook("verify.yml", "--tags", "stack", "-e", "dcgm_enabled=true")
+    finally:
+        host.run("systemctl start nvidia-dcgm")
+    assert stopped.rc != 0
+    assert "%s: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run" % name in stopped.out, \
+        stopped.out[-4000:]

@@ -70,3 +70,35 @@ def test_fabric_manager_must_be_the_drivers_version_and_run_where_nvswitches_are
     assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "GPUDirect", "RDMA"]
     assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "peermem"]
     assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "DMA-BUF"]
+
+
+def _diag(name):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+
+    with open(os.path.join(FIXTURES, "..", "dcgm", name)) as handle:
+        return dict(dcgm_diag.parse(handle.read()), present=True, level=1)
+
+
+def test_dcgm_table_shows_each_gpu_and_a_failed_gpu_is_named_with_its_node_test_and_message():
+    results = {"gpu01": _diag("dcgm4_r1_pass.json"), "gpu02": _diag("dcgm4_r1_gpu1_fail.json")}
+    lines = verify.dcgm_table(results).splitlines()
+    assert lines[0].split()[:4] == ["node", "GPU", "or", "entity"]
+    assert [line.split()[:4] for line in lines[2:]] == [
+        ["gpu01", "GPU", "0", "(serial"], ["gpu01", "GPU", "1", "(serial"], ["gpu02", "GPU", "0", "(serial"],
+        ["gpu02", "GPU", "1", "Fail"]]
+    assert "Warn" in lines[4] and "Persistence mode for GPU 0 is disabled" in lines[4]
+    # A warning is shown, not failed on; the failed GPU is named with its node, test and DCGM's message.
+    assert verify.dcgm_problems(results, {}) == [
+        "gpu02: GPU 1 failed DCGM's diagnostic (level 1): software (fail): GPU 1 has pending row remaps (gpufleet "
+        "test text)."]
+
+
+def test_dcgm_missing_where_required_or_without_a_result_is_a_problem_and_not_run_is_not():
+    results = {"gpu01": {"present": False, "gpus": []}, "gpu02": {"present": False, "gpus": []},
+               "gpu03": dict(_diag("dcgm4_runtime_error.json")), "gpu04": {"skipped": True}}
+    assert verify.dcgm_problems(results, {"gpu01": True, "gpu02": False, "gpu04": True}) == [
+        "gpu01: dcgm_enabled is true but dcgmi is not installed; run provision.yml --tags dcgm",
+        "gpu03: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run: Unable to connect to the host "
+        "engine (gpufleet test text)."]
+    rows = [line.split()[:3] for line in verify.dcgm_table(results).splitlines()[2:]]
+    assert rows == [["gpu01", "-", "no"], ["gpu02", "-", "no"], ["gpu03", "-", "error"], ["gpu04", "-", "not"]]

@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The dcgm role's decisions: which DCGM 4 packages a node gets, at which version, and for which CUDA major.
+
+NVIDIA's DCGM installation page (docs.nvidia.com/datacenter/dcgm/latest/installation.html) installs
+``datacenter-gpu-manager-4-cuda<major>``, where <major> is the CUDA version the driver reports (nvidia-smi's
+"CUDA Version"), and runs it as the ``nvidia-dcgm`` service. The packages come from NVIDIA's CUDA repository, where
+apt versions carry the epoch 1 (``datacenter-gpu-manager-4-core=1:4.4.0-1``, as NVIDIA's own Triton and go-dcgm
+Dockerfiles pin them) and EL versions do not (``datacenter-gpu-manager-4-cuda12-4.5.2-1``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError, driver_branch
+
+# The CUDA major each driver branch reports, from the minimum driver of each major's first release (CUDA Toolkit
+# Release Notes, table "CUDA Toolkit and Corresponding Driver Versions": 11.0 needs 450, 12.0 525, 13.0 580).
+DRIVER_CUDA_MAJOR = ((580, 13), (525, 12), (450, 11))
+# The CUDA majors DCGM 4 is built for (NVIDIA's repository: datacenter-gpu-manager-4-cuda11, -cuda12, -cuda13).
+DCGM_CUDA_MAJORS = (11, 12, 13)
+APT_EPOCH = "1"
+SERVICE = "nvidia-dcgm"
+_VERSION_RE = re.compile(r"^4\.\d+\.\d+$")
+
+
+def driver_cuda_major(branch: Any) -> int:
+    """The CUDA major a driver branch reports (580 -> 13, 570 -> 12)."""
+    number = driver_branch(branch)
+    for lowest, major in DRIVER_CUDA_MAJOR:
+        if number >= lowest:
+            return major
+    raise StackError("nvidia_driver_branch: %d is older than any branch DCGM 4 supports (450 or newer)" % number)
+
+
+def cuda_major(wanted: Any, branch: Any) -> int:
+    """dcgm_cuda_major as given, or the driver branch's when empty; refused when DCGM 4 has no build for it."""
+    if wanted in (None, ""):
+        return driver_cuda_major(branch)
+    text = str(wanted).strip()
+    if isinstance(wanted, bool) or not text.isdigit() or int(text) not in DCGM_CUDA_MAJORS:
+        raise StackError("dcgm_cuda_major: %r is not a CUDA major DCGM 4 is built for (%s), or empty for the "
+                         "driver's" % (wanted, ", ".join(str(m) for m in DCGM_CUDA_MAJORS)))
+    return int(text)
+
+
+def check_version(version: Any) -> str:
+    """dcgm_version must be a DCGM 4 upstream version such as 4.5.2 (no epoch, no revision)."""
+    text = str(version or "").strip()
+    if not _VERSION_RE.match(text):
+        raise StackError("dcgm_version: %r is not a DCGM 4 version such as 4.5.2 (upstream version, without epoch "
+                         "or package revision)" % (version,))
+    return text
+
+
+def package_names(major: Any) -> list[str]:
+    """The packages installed and held: DCGM's core and its build for the CUDA major."""
+    return ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda%d" % int(major)]
+
+
+def package_specs(major: Any, version: Any, kind: str) -> list[str]:
+    """package_names at version: apt 'name=1:4.5.2-*' (NVIDIA's epoch, any revision), dnf 'name-4.5.2'."""
+    upstream = check_version(version)
+    if kind == "dnf":
+        return ["%s-%s" % (name, upstream) for name in package_names(major)]
+    return ["%s=%s:%s-*" % (name, APT_EPOCH, upstream) for name in package_names(major)]
+
+
+def preflight_error(version: Any, wanted_major: Any, branch: Any) -> str:
+    """Why the dcgm role's inputs cannot be installed, naming the variable, or ''."""
+    try:
+        check_version(version)
+        cuda_major(wanted_major, branch)
+    except StackError as exc:
+        return str(exc)
+    return ""

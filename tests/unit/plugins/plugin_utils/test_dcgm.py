@@ -1,0 +1,40 @@
+"""The dcgm role's decisions: CUDA major per driver branch, package names and versions, refusals."""
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError
+
+
+@pytest.mark.parametrize("branch, major", [(580, 13), ("590", 13), (575, 12), (570, 12), (525, 12), (535, 12),
+                                           (470, 11), (450, 11)])
+def test_the_driver_branch_gives_the_cuda_major_nvidia_smi_reports(branch, major):
+    assert dcgm.driver_cuda_major(branch) == major
+    assert dcgm.cuda_major("", branch) == major
+
+
+def test_a_given_cuda_major_wins_and_one_dcgm_is_not_built_for_is_refused():
+    assert dcgm.cuda_major("12", 580) == 12
+    for wrong in ("10", "14", "12.8", True, "x"):
+        with pytest.raises(StackError, match="dcgm_cuda_major: .* is not a CUDA major DCGM 4 is built for"):
+            dcgm.cuda_major(wrong, 580)
+    with pytest.raises(StackError, match="older than any branch DCGM 4 supports"):
+        dcgm.driver_cuda_major(418)
+
+
+def test_apt_specifications_carry_nvidias_epoch_and_any_revision_dnf_the_upstream_version():
+    assert dcgm.package_specs(13, "4.5.2", "apt") == ["datacenter-gpu-manager-4-core=1:4.5.2-*",
+                                                      "datacenter-gpu-manager-4-cuda13=1:4.5.2-*"]
+    assert dcgm.package_specs("12", "4.5.2", "dnf") == ["datacenter-gpu-manager-4-core-4.5.2",
+                                                       "datacenter-gpu-manager-4-cuda12-4.5.2"]
+    assert dcgm.package_names(12) == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
+
+
+@pytest.mark.parametrize("version", ["3.3.9", "1:4.5.2-1", "4.5.2-1", "4.5", "", None])
+def test_versions_other_than_dcgm_4_upstream_are_refused_naming_the_variable(version):
+    assert dcgm.preflight_error(version, "", 580).startswith("dcgm_version: ")
+
+
+def test_good_inputs_have_no_problem():
+    assert dcgm.preflight_error("4.5.2", "", 580) == ""
+    assert dcgm.preflight_error("4.5.2", "", "nope").startswith("nvidia_driver_branch: ")
