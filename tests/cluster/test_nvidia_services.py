@@ -114,3 +114,36 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     assert stopped.rc != 0
     assert "%s: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run" % name in stopped.out, \
         stopped.out[-4000:]
+
+
+CONTAINERS = ("--tags", "container_runtime", "-e", "container_runtime_enabled=true",
+              "-e", "gpufleet_container_engine=podman")
+
+
+def test_on_systemd_the_toolkits_refresh_units_own_the_one_cdi_specification(systemd_node):
+    """NVIDIA Container Toolkit 1.18's nvidia-cdi-refresh units (stand-ins shaped as NVIDIA's, tests/cluster/
+    standin_repo.py) write /var/run/cdi/nvidia.yaml, which engines prefer to /etc/cdi. On a systemd node the role
+    leaves the specification to them (path unit running, service enabled, the file there) and removes the copy it
+    wrote before the units existed, so that one specification follows the driver. Not checked: a driver upgrade
+    triggering the path unit (no driver here), or a GPU in a container."""
+    node = systemd_node
+    name = node.nodes[0]
+    host = node.host(name)
+    # What an earlier gpufleet (before the toolkit had the units) left on the node.
+    host.run("mkdir -p /etc/cdi && echo '# written by nvidia-ctk before 1.18' > /etc/cdi/nvidia.yaml")
+    first = node.playbook("provision.yml", *CONTAINERS)
+    assert first.rc == 0, first.out[-4000:]
+    assert systemctl(host, "is-active", "nvidia-cdi-refresh.path") == "active"
+    assert systemctl(host, "is-enabled", "nvidia-cdi-refresh.path") == "enabled"
+    assert systemctl(host, "is-enabled", "nvidia-cdi-refresh.service") == "enabled"
+    spec = host.file("/var/run/cdi/nvidia.yaml").content_string
+    assert "gpufleet stand-in for nvidia-ctk cdi generate (1.18.2-1)" in spec
+    assert not host.file("/etc/cdi/nvidia.yaml").exists
+    # The specification deleted (as a reboot of /var/run would, before the service ran): the role writes it again.
+    host.run("rm -f /var/run/cdi/nvidia.yaml")
+    again = node.playbook("provision.yml", *CONTAINERS)
+    assert again.rc == 0 and host.file("/var/run/cdi/nvidia.yaml").exists, again.out[-4000:]
+    third = node.playbook("provision.yml", *CONTAINERS)
+    assert third.rc == 0 and third.recap()[name]["changed"] == 0, third.out[-4000:]
+    check = node.playbook("provision.yml", *CONTAINERS, "--check")
+    assert check.rc == 0 and check.recap()[name]["changed"] == 0, check.out[-4000:]
