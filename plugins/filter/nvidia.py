@@ -39,6 +39,8 @@ description:
     specifications at an upstream version, whatever the revision.
   - C(apt_cache_policy | podman_cdi_problem(host)) says why the node's Podman (installed, else apt's candidate) cannot
     give containers GPUs through CDI (older than 4.1), or an empty string.
+  - C(dkms_status | dkms_versions(kernel)) lists the versions of the nvidia DKMS module built for a kernel (dkms 2's
+    and 3's C(dkms status) lines).
   - C(display_output | alternative_state) reads C(update-alternatives --display NAME) (Debian's and EL's) into
     C(value) (where the link points) and C(manual).
   - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
@@ -83,8 +85,8 @@ def cuda_driver_error(cuda: Any, branch: Any, table: Any) -> str:
     return _error(nvidia.check_cuda_driver, cuda, branch, dict(table))
 
 
-def nccl_cuda_error(nccl: Any, cuda: Any) -> str:
-    return _error(nvidia.check_nccl_for_cuda, nccl, cuda)
+def nccl_cuda_error(nccl: Any, cuda: Any, branch: Any = None) -> str:
+    return _error(nvidia.check_nccl_for_cuda, nccl, cuda, branch)
 
 
 def open_modules_error(devices: Any, flavor: Any, host: Any) -> str:
@@ -146,5 +148,6 @@ class FilterModule:
                 "at_upstream_version": nvidia_packaging.at_upstream_version,
                 "podman_cdi_problem": nvidia_packaging.podman_cdi_problem,
                 "alternative_state": nvidia_packaging.alternative_state,
+                "dkms_versions": nvidia_packaging.dkms_versions,
                 "dcgm_preflight_error": dcgm.preflight_error, "dcgm_cuda_major": dcgm_cuda_major,
                 "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages}

@@ -89,21 +89,32 @@ def check_cuda_driver(cuda: Any, branch: Any, table: Mapping[str, Any]) -> dict[
     return {"cuda": key, "driver_branch": number, "needs": needed, "compatibility": False}
 
 
-def check_nccl_for_cuda(nccl_version: Any, cuda: Any) -> dict[str, str]:
-    """The NCCL package version must be a build for the toolkit's CUDA major.minor (2.26.2-1+cuda12.8)."""
+def check_nccl_for_cuda(nccl_version: Any, cuda: Any, branch: Any = None) -> dict[str, Any]:
+    """The NCCL package version must be a build for the toolkit's CUDA major (2.30.4-1+cuda12.9 for CUDA 12.8).
+
+    NVIDIA builds each NCCL release for a few CUDA minors only (2.29.3 for 12.9 and 13.1, 2.30.4 for 12.9 and 13.2,
+    as the packages of its CUDA repository are versioned), so requiring the toolkit's exact minor could leave no
+    NCCL at all. libnccl carries its own CUDA runtime, so a build for another minor of the same major runs where the
+    driver runs that minor: on the branch of MINOR_VERSION_COMPATIBILITY for its major (12.x on 525, 13.x on 580).
+    Another major is refused, and, with ``branch``, a build the driver branch cannot run."""
     match = NCCL_VERSION_RE.match(str(nccl_version).strip())
     if not match:
-        raise StackError("nccl_version: %r is not a package version such as 2.26.2-1+cuda12.8" % (nccl_version,))
+        raise StackError("nccl_version: %r is not a package version such as 2.30.4-1+cuda12.9" % (nccl_version,))
     major, minor = cuda_major_minor(cuda)
     built = match.group("cuda")
     built_major, built_minor = version_tuple(built)[:2]
     if built_major != major:
         raise StackError("nccl_version: %s is built for CUDA %s, but cuda_toolkit_version is %d.%d (another CUDA major)"
                          % (nccl_version, built, major, minor))
-    if built_minor != minor:
+    compatible = MINOR_VERSION_COMPATIBILITY.get(built_major)
+    if built_minor != minor and compatible is None:
         raise StackError("nccl_version: %s is built for CUDA %s; pin the build for cuda_toolkit_version %d.%d"
                          % (nccl_version, built, major, minor))
-    return {"nccl": match.group("nccl"), "cuda": built}
+    if built_minor != minor and branch not in (None, "") and driver_branch(branch) < compatible:
+        raise StackError("nccl_version: %s is built for CUDA %s, which driver branch %s cannot run (CUDA %d.x "
+                         "other than the toolkit's %d.%d needs %d or newer); pin the build for CUDA %d.%d"
+                         % (nccl_version, built, branch, built_major, major, minor, compatible, major, minor))
+    return {"nccl": match.group("nccl"), "cuda": built, "minor_differs": built_minor != minor}
 
 
 def reboot_decision(installed: str | None, loaded: str | None, gpu_present: bool, reboot_allowed: bool) -> dict:

@@ -228,3 +228,22 @@ def alternative_state(display: str) -> dict[str, object]:
                     if "link currently points to" in line), "")
     manual = bool(lines) and ("manual mode" in lines[0] or "status is manual" in lines[0])
     return {"value": current, "manual": manual}
+
+
+def dkms_versions(status: str, kernel: str, module: str = "nvidia") -> list[str]:
+    """The versions of a DKMS module built or installed for a kernel, from `dkms status -m MODULE`: dkms 3 prints
+    "nvidia/580.95.05, 6.8.0-49-generic, x86_64: installed", dkms 2 "nvidia, 580.95.05, 6.8.0-49-generic, x86_64:
+    installed". A module only added (no kernel) is left out: it has not been built."""
+    versions = []
+    for line in status.splitlines():
+        fields = [field.strip() for field in line.split(":", 1)[0].split(",")]
+        if "/" in fields[0]:
+            name, _, version = fields[0].partition("/")
+            rest = fields[1:]
+        elif len(fields) > 1:
+            name, version, rest = fields[0], fields[1], fields[2:]
+        else:
+            continue
+        if name == module and rest and rest[0] == kernel and version not in versions:
+            versions.append(version)
+    return versions

@@ -158,7 +158,9 @@ for _cuda, _version, _build in (("12.8", "12.8.1-1", "V12.8.93"), ("12.9", "12.9
         "postinst": "#!/bin/sh\nupdate-alternatives --install /usr/local/cuda cuda /usr/local/cuda-%s %d\n"
                     % (_cuda, _priority),
         "prerm": "#!/bin/sh\nupdate-alternatives --remove cuda /usr/local/cuda-%s\n" % _cuda}
-for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9"):
+# NCCL as NVIDIA's CUDA repository versions it: each release built for a few CUDA minors (2.30.4, the nccl role's
+# default, for 12.9 and 13.2; none for 12.8, the toolkit default).
+for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9", "2.30.4-1+cuda12.9"):
     _nccl = _version.split("-")[0]
     PACKAGES.append(("libnccl2", _version, {"/usr/lib/x86_64-linux-gnu/libnccl.so.%s" % _nccl: ""}))
     PACKAGES.append(("libnccl-dev", _version, {"/usr/include/nccl.h": "#define NCCL_VERSION_STRING \"%s\"\n" % _nccl}))
@@ -252,9 +254,16 @@ NVIDIA_CTK = r"""#!/usr/bin/python3
 import json, os, sys
 args = sys.argv[1:]
 if args[:2] == ["cdi", "generate"]:
-    print("# gpufleet stand-in for nvidia-ctk cdi generate (@VERSION@)")
-    print("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n"
-          "    deviceNodes:\n    - path: /dev/nvidia0")
+    spec = ("# gpufleet stand-in for nvidia-ctk cdi generate (@VERSION@)\n"
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n  containerEdits:\n"
+            "    deviceNodes:\n    - path: /dev/nvidia0\n")
+    output = os.environ.get("NVIDIA_CTK_CDI_OUTPUT_FILE_PATH")  # --output's variable, set by nvidia-cdi-refresh
+    if output:
+        os.makedirs(os.path.dirname(output), exist_ok=True)
+        with open(output, "w") as handle:
+            handle.write(spec)
+    else:
+        sys.stdout.write(spec)
 elif args[:2] == ["runtime", "configure"] and "--runtime=docker" in args and "--dry-run" in args:
     try:
         config = json.load(open("/etc/docker/daemon.json"))
@@ -265,6 +274,44 @@ elif args[:2] == ["runtime", "configure"] and "--runtime=docker" in args and "--
 else:
     sys.exit("gpufleet stand-in nvidia-ctk: %s is not stood in for" % " ".join(args))
 """
+# From 1.18 the base package ships NVIDIA's CDI refresh units and its postinst enables and starts them
+# (NVIDIA/nvidia-container-toolkit deployments/systemd/nvidia-cdi-refresh.{path,service} and
+# packaging/debian/nvidia-container-toolkit-base.postinst, PR 1229). The stand-in service leaves out the real one's
+# ConditionPathExists on nvidia-smi and ExecCondition on the driver's module in modules.dep: the test nodes have
+# neither. Everything else is as NVIDIA ships it: oneshot, RemainAfterExit, the output path in its environment.
+CDI_REFRESH_PATH = """[Unit]
+Description=Trigger CDI refresh on NVIDIA driver or toolkit install / upgrade events
+
+[Path]
+PathChanged=/lib/modules/%v/modules.dep
+PathChanged=/lib/modules/%v/modules.dep.bin
+PathChanged=/usr/bin/nvidia-ctk
+
+[Install]
+WantedBy=multi-user.target
+"""
+CDI_REFRESH_SERVICE = """[Unit]
+Description=Refresh NVIDIA CDI specification file
+ConditionPathExists=/usr/bin/nvidia-ctk
+After=multi-user.target
+
+[Service]
+Type=oneshot
+Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml
+EnvironmentFile=-/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env
+ExecStart=/usr/bin/nvidia-ctk cdi generate
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+CDI_REFRESH_POSTINST = """#!/bin/sh
+systemctl daemon-reload || echo "Warning: Failed to reload systemd daemon" >&2
+systemctl enable --now nvidia-cdi-refresh.path || echo "Warning: Failed to enable nvidia-cdi-refresh.path" >&2
+systemctl enable --now nvidia-cdi-refresh.service || echo "Warning: Failed to enable nvidia-cdi-refresh.service" >&2
+systemctl start nvidia-cdi-refresh.service || echo "Warning: Failed to trigger CDI refresh" >&2
+exit 0
+"""
 TOOLKIT_PACKAGES: list[tuple[str, str, dict[str, str]]] = []
 # 1.18.1 and 1.18.2 fix NVIDIA_VISIBLE_DEVICES=none exposing every GPU (NVIDIA Container Toolkit release notes);
 # gpufleet's default is 1.18.2-1, and the older ones stay in the repository so that the pin is tested.
@@ -274,6 +321,10 @@ for _version in ("1.17.8-1", "1.18.0-1", "1.18.2-1"):
         _files = {"/usr/share/gpufleet-standin/%s" % _name: _version + "\n"}
         if _name == "nvidia-container-toolkit-base":
             _files["/usr/bin/nvidia-ctk"] = NVIDIA_CTK.replace("@VERSION@", _version)
+            if not _version.startswith("1.17."):
+                _files["/lib/systemd/system/nvidia-cdi-refresh.path"] = CDI_REFRESH_PATH
+                _files["/lib/systemd/system/nvidia-cdi-refresh.service"] = CDI_REFRESH_SERVICE
+                EXTRAS[(_name, _version)] = {"postinst": CDI_REFRESH_POSTINST}
         TOOLKIT_PACKAGES.append((_name, _version, _files))
 
 

@@ -34,8 +34,9 @@ def test_gpu_less_nodes_skip_the_driver_and_the_rest_converges(cluster, provisio
         assert not {"nvidia-open", "cuda-drivers", "nvidia-driver-pinning-580"} & set(installed)
         assert not {"nvidia-fabricmanager", "libnvidia-nscq"} & set(installed)
         assert installed["cuda-toolkit-12-8"][0] == "12.8.1-1"
-        assert installed["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
-        assert installed["libnccl-dev"] == ("2.26.2-1+cuda12.8", "hold")
+        # The default: NVIDIA's 2.30.4 build for CUDA 12.9 beside the 12.8 toolkit (no 2.30.4 build for 12.8).
+        assert installed["libnccl2"] == ("2.30.4-1+cuda12.9", "hold")
+        assert installed["libnccl-dev"] == ("2.30.4-1+cuda12.9", "hold")
         host = cluster.host(node)
         assert host.file("/usr/local/cuda").linked_to == "/usr/local/cuda-12.8"
         # Through the alternatives system the toolkit packages use, set by hand, so that installing a newer
@@ -234,7 +235,7 @@ def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned)
     assert moved == {"libnccl2", "libnccl-dev"}
     assert after["libnccl2"] == ("2.26.5-1+cuda12.8", "hold")
     back = cluster.playbook("provision.yml", "--tags", "nccl")  # the inventory's version again
-    assert back.rc == 0 and packages(cluster, "node1")["libnccl2"] == ("2.26.2-1+cuda12.8", "hold")
+    assert back.rc == 0 and packages(cluster, "node1")["libnccl2"] == ("2.30.4-1+cuda12.9", "hold")
 
 
 def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, provisioned):
@@ -331,12 +332,29 @@ def test_an_hgx_b200_gets_fabric_manager_the_subnet_manager_and_ib_umad_loaded_n
 
 
 # node1 with a loaded driver (the open modules: no P in the module's taint flags) and, for the second run, MLNX_OFED
-# (a stand-in ofed_info answering as MLNX_OFED's does). The stand-in modprobe records loads in the fake tree's /module.
+# (a stand-in ofed_info answering as MLNX_OFED's does) installed after the driver: the stand-in modprobe records
+# every call and refuses nvidia-peermem as the kernel does (Invalid argument, its DKMS build made against the inbox
+# ib_core) until the stand-in dkms has rebuilt the driver's module; it records loads in the fake tree's /module.
 FAKE_DRIVER_LOADED = r"""
 set -e
 mkdir -p /fake-sys/module/nvidia && echo O > /fake-sys/module/nvidia/taint
-printf '#!/bin/sh\nmkdir -p /fake-sys/module/$(echo $1 | tr - _)\necho "$@" >> /run/gpufleet-standin-modprobe\n' > /usr/local/sbin/modprobe
-chmod 755 /usr/local/sbin/modprobe
+cat > /usr/local/sbin/modprobe <<'END'
+#!/bin/sh
+echo "$@" >> /run/gpufleet-standin-modprobe
+if [ "$1" = nvidia-peermem ] && [ ! -e /run/gpufleet-standin-dkms-rebuilt ]; then
+    echo "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument" >&2
+    exit 1
+fi
+mkdir -p /fake-sys/module/$(echo $1 | tr - _)
+END
+cat > /usr/local/sbin/dkms <<'END'
+#!/bin/sh
+case "$1" in
+    status) echo "nvidia/580.95.05, $(uname -r), x86_64: installed" ;;
+    install) echo "$@" > /run/gpufleet-standin-dkms-rebuilt ;;
+esac
+END
+chmod 755 /usr/local/sbin/modprobe /usr/local/sbin/dkms
 """
 FAKE_OFED = "printf '#!/bin/sh\\necho MLNX_OFED_LINUX-24.10-1.1.4.0:\\n' > /usr/local/bin/ofed_info; chmod 755 /usr/local/bin/ofed_info"
 
@@ -351,8 +369,9 @@ def services_line(cluster, node):
 
 def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with_ofed(cluster, provisioned):
     """What it checks: the decision (no MLNX_OFED/DOCA-OFED: no peermem, the play passes, verify says DMA-BUF; with
-    OFED: peermem at boot and loaded now, verify says peermem), idempotence. What it does not: a real HCA, a real
-    nvidia-peermem or ib_core, real DMA-BUF registration (the stand-in records the load)."""
+    OFED installed after the driver: peermem at boot, the driver's DKMS module rebuilt once when peermem does not
+    load, then loaded, verify says peermem), idempotence. What it does not: a real HCA, a real nvidia-peermem, DKMS
+    or ib_core, real DMA-BUF registration (the stand-ins record the calls)."""
     assert provisioned["converge"].rc == 0
     cluster.node_exec("node1", "sh", "-c", FAKE_DRIVER_LOADED, check=True)
     args = ("--limit", "node1", "--tags", "nvidia_peermem")
@@ -369,11 +388,17 @@ def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with
         assert ofed.rc == 0, ofed.out[-3000:]
         assert "node1: GPUDirect RDMA through nvidia-peermem (MLNX_OFED_LINUX-24.10-1.1.4.0)" in " ".join(ofed.out.split())
         assert host.file("/etc/modules-load.d/nvidia-peermem.conf").content_string.splitlines()[-1] == "nvidia-peermem"
-        assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["nvidia-peermem"]
+        # The first load failed (OFED came after the driver), the driver's DKMS module was rebuilt, the second loaded.
+        assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["nvidia-peermem"] * 2
+        kernel = host.check_output("uname -r")
+        assert host.file("/run/gpufleet-standin-dkms-rebuilt").content_string.split() == [
+            "install", "--force", "nvidia/580.95.05", "-k", kernel]
+        assert "nvidia-peermem did not load" not in ofed.out
         again = cluster.playbook("provision.yml", *args)
         assert again.rc == 0 and again.recap()["node1"]["changed"] == 0, again.out[-3000:]
         assert services_line(cluster, "node1")[-1] == "peermem"
     finally:
-        cluster.node_exec("node1", "rm", "-rf", "/usr/local/sbin/modprobe", "/usr/local/bin/ofed_info",
-                          "/run/gpufleet-standin-modprobe", "/fake-sys/module", check=False)
+        cluster.node_exec("node1", "rm", "-rf", "/usr/local/sbin/modprobe", "/usr/local/sbin/dkms",
+                          "/usr/local/bin/ofed_info", "/run/gpufleet-standin-modprobe",
+                          "/run/gpufleet-standin-dkms-rebuilt", "/fake-sys/module", check=False)
         cluster.playbook("provision.yml", *args)  # back to the inbox stack: gpufleet's boot-time load removed

@@ -47,7 +47,7 @@ def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provis
     assert run.rc == 0
     table = run.out.split("GPU stack on 3 node(s)", 1)[1]
     for node in cluster.nodes:
-        assert any(line.startswith(node) and "2.26.2-1+cuda12.8" in line and "12.8" in line and "2.13.0" in line
+        assert any(line.startswith(node) and "2.30.4-1+cuda12.9" in line and "12.8" in line and "2.13.0" in line
                    for line in table.splitlines())
     report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
     assert report["hosts"] == sorted(cluster.nodes) and report["ranks"] == 3  # mpirun ran a rank on every node
@@ -93,7 +93,7 @@ def test_verify_fails_when_the_nodes_disagree(cluster, provisioned):
     try:
         run = cluster.playbook("verify.yml", *REAL_SYS)
         assert run.rc != 0
-        assert ("the nodes' NCCL differ: 2.26.2-1+cuda12.8 on node0, node1; 2.26.5-1+cuda12.8 on node2"
+        assert ("the nodes' NCCL differ: 2.26.5-1+cuda12.8 on node2; 2.30.4-1+cuda12.9 on node0, node1"
                 in run.out.replace("\n        ", " "))
         gpus = cluster.playbook("verify.yml", *REAL_SYS, "-e", "gpufleet_gpus=8")
         assert "node0 has 0 GPUs, its inventory says 8 (gpufleet_gpus)" in gpus.out.replace("\n        ", " ")

@@ -50,17 +50,28 @@ def test_driver_branch_must_be_a_number(branch):
 
 
 def test_nccl_build_for_the_cuda_version():
-    assert nvidia.check_nccl_for_cuda("2.26.2-1+cuda12.8", "12.8") == {"nccl": "2.26.2", "cuda": "12.8"}
+    assert nvidia.check_nccl_for_cuda("2.26.2-1+cuda12.8", "12.8") == {"nccl": "2.26.2", "cuda": "12.8",
+                                                                       "minor_differs": False}
 
 
-@pytest.mark.parametrize("nccl, cuda, needle", [
-    ("2.26.2-1+cuda11.8", "12.8", "another CUDA major"),
-    ("2.26.2-1+cuda12.4", "12.8", "pin the build for cuda_toolkit_version 12.8"),
-    ("2.26.2", "12.8", "is not a package version"),
+def test_nccl_built_for_another_minor_of_the_major_runs_where_the_driver_runs_that_minor():
+    # NVIDIA built 2.30.4 for 12.9 and 13.2 only: a CUDA 12.8 or 13.1 toolkit gets one of those.
+    assert nvidia.check_nccl_for_cuda("2.30.4-1+cuda12.9", "12.8", 580)["minor_differs"] is True
+    assert nvidia.check_nccl_for_cuda("2.30.4-1+cuda12.9", "12.8", 525)["cuda"] == "12.9"
+    assert nvidia.check_nccl_for_cuda("2.30.4-1+cuda13.2", "13.1", 580)["nccl"] == "2.30.4"
+    assert nvidia.check_nccl_for_cuda("2.26.2-1+cuda12.4", "12.8")["minor_differs"] is True  # no branch: not judged
+
+
+@pytest.mark.parametrize("nccl, cuda, branch, needle", [
+    ("2.26.2-1+cuda11.8", "12.8", 580, "another CUDA major"),
+    ("2.30.4-1+cuda12.9", "13.0", 580, "another CUDA major"),
+    ("2.30.4-1+cuda12.9", "12.8", 520, "which driver branch 520 cannot run .* needs 525 or newer"),
+    ("2.26.2-1+cuda11.4", "11.8", 580, "pin the build for cuda_toolkit_version 11.8"),
+    ("2.26.2", "12.8", 580, "is not a package version"),
 ])
-def test_wrong_nccl_build_is_refused(nccl, cuda, needle):
+def test_wrong_nccl_build_is_refused(nccl, cuda, branch, needle):
     with pytest.raises(StackError, match="nccl_version: .*" + needle):
-        nvidia.check_nccl_for_cuda(nccl, cuda)
+        nvidia.check_nccl_for_cuda(nccl, cuda, branch)
 
 
 @pytest.mark.parametrize("installed, loaded, gpu, allowed, reboot", [

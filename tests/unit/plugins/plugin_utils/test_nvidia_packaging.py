@@ -158,3 +158,14 @@ def test_every_package_of_the_branch_is_found_on_el_too():
     assert pkg.branch_packages(listing, 580) == [
         "kmod-nvidia-open-dkms", "libnvidia-ml", "nvidia-driver", "nvidia-driver-libs", "nvidia-kmod-common",
         "nvidia-persistenced"]
+
+
+def test_dkms_versions_reads_dkms_3_and_dkms_2_status_for_the_running_kernel():
+    dkms3 = ("nvidia/580.95.05, 6.8.0-49-generic, x86_64: installed\n"
+             "nvidia/580.95.05, 6.8.0-45-generic, x86_64: installed\n"
+             "nvidia/570.124.06: added\n")
+    assert pkg.dkms_versions(dkms3, "6.8.0-49-generic") == ["580.95.05"]
+    assert pkg.dkms_versions(dkms3, "6.1.0-26-amd64") == []
+    dkms2 = "nvidia, 580.95.05, 5.15.0-1-generic, x86_64: installed (original_module exists)\n"
+    assert pkg.dkms_versions(dkms2, "5.15.0-1-generic") == ["580.95.05"]
+    assert pkg.dkms_versions("nvidia-fs/2.20.5, 6.8.0-49-generic, x86_64: installed\n", "6.8.0-49-generic") == []
