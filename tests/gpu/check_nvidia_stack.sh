@@ -2,7 +2,7 @@
 # Check gpufleet's NVIDIA roles and verify.yml for real on this machine, which must already have an NVIDIA GPU
 # and driver. Not part of `make test` (CI has no GPU); run it by hand where a GPU is available.
 #
-#   tests/gpu/check_nvidia_stack.sh [--nccl-tests-archive PATH] [--mirror URL] [--keep-driver] [--offline]
+#   tests/gpu/check_nvidia_stack.sh [--nccl-tests-archive PATH] [--mirror URL] [--keep-driver] [--offline] [--dcgm]
 #                                   [-- extra ansible-playbook args]
 #
 # - The existing driver is detected (branch from nvidia-smi) and kept: the driver role finds it installed and
@@ -12,18 +12,22 @@
 # - CUDA and NCCL come from NVIDIA's repository, or from --mirror (a local mirror, for machines without internet).
 #   --offline: keep the CUDA, NCCL, Open MPI and build tools that are installed (no package manager is asked).
 # - nccl-tests is built from --nccl-tests-archive when given (no internet needed), else downloaded.
-# - verify.yml then prints the version table and runs all_reduce_perf on the local GPUs through mpirun,
-#   writing logs/verify/all_reduce_perf.json and busbw.png.
+# - --dcgm: the dcgm role too (DCGM 4 from NVIDIA's repository, nvidia-dcgm running).
+# - verify.yml then prints the version table, DCGM's level-1 diagnostic per GPU where dcgmi is installed (by --dcgm
+#   or before), and runs all_reduce_perf on the local GPUs through mpirun, writing logs/verify/all_reduce_perf.json
+#   and busbw.png. Where dcgmi is installed, what `dcgmi diag -r 1 -j` printed is kept in
+#   logs/gpu-check/dcgm-diag-r1.json (a fixture for tests/fixtures/dcgm).
 # Node-side modules run with /usr/bin/python3 (GPUFLEET_CHECK_PYTHON); training runs with python3 from PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-archive="" mirror="" keep=false offline=false
+archive="" mirror="" keep=false offline=false dcgm=false
 while [ $# -gt 0 ]; do
     case "$1" in
         --nccl-tests-archive) archive=$(realpath "$2"); shift 2 ;;
         --mirror) mirror=$2; shift 2 ;;
         --keep-driver) keep=true; shift ;;
         --offline) offline=true; shift ;;
+        --dcgm) dcgm=true; shift ;;
         --) shift; break ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -58,10 +62,18 @@ if $offline; then
     tags=nvidia_driver,nvidia_fabricmanager,nvidia_peermem,nccl_env,mpi,nccl_tests
     skip=(--skip-tags mpi_install,nccl_tests_install)
 fi
+if $dcgm; then
+    tags=$tags,dcgm
+    set -- -e dcgm_enabled=true "$@"
+fi
 ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml -e allow_local=true --tags "$tags" "${skip[@]}" "$@"
 echo "gpufleet: provision.yml again: nothing may change"
 ansible-playbook -i "$work/hosts.yml" playbooks/provision.yml -e allow_local=true --tags "$tags" "${skip[@]}" "$@" | tee "$work/again.log"
 grep -qE 'localgpu +: ok=[0-9]+ +changed=0 ' "$work/again.log" || { echo "gpufleet: the second run changed something" >&2; exit 1; }
+if command -v dcgmi >/dev/null; then
+    mkdir -p logs/gpu-check
+    dcgmi diag -r 1 -j > logs/gpu-check/dcgm-diag-r1.json || echo "gpufleet: dcgmi diag -r 1 exited $?"
+fi
 ansible-playbook -i "$work/hosts.yml" playbooks/verify.yml -e allow_local=true "$@"
 ansible-playbook -i "$work/hosts.yml" playbooks/train.yml -e script=examples/train.py -e "script_args='--epochs 3'" \
     -e job=gpu-check -e force=true "$@"
