@@ -114,6 +114,8 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     assert stopped.rc != 0
     assert "%s: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run" % name in stopped.out, \
         stopped.out[-4000:]
+    level = node.playbook("verify.yml", "--tags", "stack", "-e", "verify_dcgm_level=7")
+    assert level.rc != 0 and "verify_dcgm_level=7 is not 0 (no diagnostic) or a dcgmi diag level 1 to 4" in level.out
 
 
 CONTAINERS = ("--tags", "container_runtime", "-e", "container_runtime_enabled=true",
