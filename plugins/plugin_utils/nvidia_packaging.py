@@ -238,7 +238,7 @@ def dkms_versions(status: str, kernel: str, module: str = "nvidia") -> list[str]
     for line in status.splitlines():
         fields = [field.strip() for field in line.split(":", 1)[0].split(",")]
         if "/" in fields[0]:
-            name, _, version = fields[0].partition("/")
+            name, version = fields[0].split("/", 1)
             rest = fields[1:]
         elif len(fields) > 1:
             name, version, rest = fields[0], fields[1], fields[2:]
