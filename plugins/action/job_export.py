@@ -13,9 +13,12 @@ from typing import Any
 
 import yaml
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_export as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, export, plan
+
+display = Display()
 
 # The nccl_env role's settings, as the variables a rank sees (GLOO follows NCCL's interface).
 _NCCL_VARS = (("nccl_env_socket_ifname", ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")),
@@ -52,7 +55,13 @@ class ActionModule(ActionBase):
         except (export.ExportError, plan.PlanError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        dest = os.path.abspath(os.path.expanduser(args.get("dest") or export.default_dest(job.job, fmt)))
+        try:
+            dest = export.resolve_dest(args.get("dest"), job.job, fmt, os.getcwd())
+        except export.ExportError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        for warning in export.warnings(job, fmt):
+            display.warning(warning)
         before = ""
         if os.path.exists(dest):
             with open(dest) as handle:
@@ -94,4 +103,4 @@ class ActionModule(ActionBase):
                                                  "gpufleet_secret_env")),
             max_restarts=int(args["max_restarts"]), launcher=str(args["launcher"]),
             python=str(args.get("python") or first_vars.get("gpufleet_python") or "python3"),
-            image=str(args.get("image") or ""), master_port=args.get("master_port"))
+            container_image=str(args.get("container_image") or ""), master_port=args.get("master_port"))

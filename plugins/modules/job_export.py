@@ -25,6 +25,15 @@ description:
   - Secret values are never written. The sbatch script stops unless they are in its environment; the manifests
     read them from the Secret C(<job>-secrets).
   - Nothing on the nodes is read or changed; the nodes' count comes from the inventory group.
+  - Refused before anything is written, naming the variable, are a variable in both C(gpufleet_env) and
+    C(gpufleet_secret_env); a variable named like one of the job's contract (C(MASTER_ADDR), C(WORLD_SIZE),
+    C(MLP_*), ...) or like one the format's operator sets in the container (C(PET_*) for C(trainjob) and
+    C(pytorchjob), the MPI Operator's C(OMPI_MCA_*) settings and C(K_MPI_JOB_ROLE) for C(mpijob)); and a job name
+    that would give one of the operator's pods a hostname longer than 63 characters.
+  - The MPIJob's launcher gives every rank the contract C(train.yml)'s mpirun path gives it (MASTER_ADDR at the
+    first worker of the operator's C(/etc/mpi/hostfile), WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK), runs mpirun as
+    root where the image does (C(--allow-run-as-root)) and forwards PATH and LD_LIBRARY_PATH; C(horovodrun) is
+    given the operator's hostfile.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -62,10 +71,14 @@ options:
   gpus_per_node:
     description: GPUs per node to ask for; defaults to C(gpufleet_gpus) of the group's first host, else 0.
     type: int
-  image:
-    description: The container image (required by C(trainjob), C(pytorchjob) and C(mpijob)).
+  container_image:
+    description:
+      - The container image the ranks run in (required by C(trainjob), C(pytorchjob) and C(mpijob)); the same
+        C(container_image) as C(train.yml)'s, so one C(-e container_image=...) serves both playbooks.
+      - C(export.yml) takes it from C(-e container_image), else C(gpufleet_container_image) of the group's first host.
     type: str
     default: ""
+    aliases: [image]
   python:
     description: (sbatch) The Python with torch on the cluster's nodes; defaults to C(gpufleet_python) of the first host.
     type: str
@@ -79,7 +92,16 @@ options:
     elements: str
     default: []
   max_restarts:
-    description: Relaunches after a failure (sbatch requeue, the operators' backoffLimit).
+    description:
+      - Relaunches after a failure, as each format can carry them.
+      - C(sbatch) and C(mpijob) restart the whole job (Slurm's requeue; the MPIJob launcher's C(backoffLimit), its
+        mpirun started again).
+      - C(pytorchjob) restarts each failed pod in place (C(restartPolicy=OnFailure)); the other pods' torchrun fails
+        when its peer goes and restarts too. The operator's C(backoffLimit) counts every pod's restarts, so it is
+        written as O(max_restarts) times the nodes, and the task warns.
+      - C(trainjob) cannot carry it (a TrainJob of Kubeflow Trainer v2.0 has no such field; the
+        ClusterTrainingRuntime's JobSet C(failurePolicy.maxRestarts) restarts the whole job), so a value above 0 is
+        refused.
     type: int
     default: 0
   launcher:
@@ -90,7 +112,9 @@ options:
     description: (sbatch) A fixed rendezvous port; unset, C(29500 + job id % 500).
     type: int
   dest:
-    description: The file to write, on the controller; defaults to C(<job>.sbatch) or C(<job>-<format>.yaml) in the current folder.
+    description:
+      - The file to write, on the controller; defaults to C(<job>.sbatch) or C(<job>-<format>.yaml) in the current
+        folder. A folder gets that default name inside it; a file in a folder that does not exist is refused.
     type: str
 seealso:
   - module: gpufleet.cluster.job_plan
@@ -109,7 +133,7 @@ EXAMPLES = r"""
   gpufleet.cluster.job_export:
     format: trainjob
     script: /workspace/train.py
-    image: nvcr.io/nvidia/pytorch:25.01-py3
+    container_image: nvcr.io/nvidia/pytorch:25.01-py3
   run_once: true
 """
 

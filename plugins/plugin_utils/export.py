@@ -20,11 +20,13 @@ Secret named ``<job>-secrets``.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.slurm_batch import sbatch_head
 
 FORMATS = ("sbatch", "trainjob", "pytorchjob", "mpijob")
@@ -35,6 +37,44 @@ TRAINER_VERSION = "v2.0"  # the Kubeflow Trainer release the TrainJob is written
 TRAINER_RUNTIME = "torch-distributed"
 DEFAULT_PORT = 29500
 _K8S_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL_MAX = 63  # a pod's hostname and a Service's name are DNS labels (RFC 1123)
+
+# Where the MPI Operator mounts the hostfile it writes, one "<worker>.<job>.<namespace>.svc slots=<n>" line per
+# worker in the workers' order (kubeflow/mpi-operator v0.8.0, pkg/controller/mpi_job_controller.go: configMountPath,
+# hostfileName, newConfigMap).
+MPI_OPERATOR_HOSTFILE = "/etc/mpi/hostfile"
+
+# The names each format's operator sets in the rank's container itself, which a variable of the job's must not take.
+OPERATOR_ENV = {
+    "sbatch": (),
+    # Kubeflow Trainer v2.0.1, pkg/constants/constants.go TorchRunReservedEnvNames; its webhook refuses a TrainJob
+    # whose trainer env has one (pkg/runtime/framework/plugins/torch/torch.go).
+    "trainjob": ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"),
+    # Training Operator v1.9.3, pkg/controller.v1/pytorch/envvar.go and master.go: appended after the pod's own.
+    "pytorchjob": ("PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES",
+                   "PET_NODE_RANK", "PET_NPROC_PER_NODE"),
+    # MPI Operator v0.8.0, pkg/controller/mpi_job_controller.go: launcherEnvVars, workerEnvVars, ompiEnvVars and
+    # openMPISlotsEnv.
+    "mpijob": ("K_MPI_JOB_ROLE", "OMPI_MCA_orte_keep_fqdn_hostnames", "OMPI_MCA_orte_default_hostfile",
+               "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_set_default_slots"),
+}
+# torchrun reads every PET_<OPTION> as its --<option> (torch.distributed.run's env defaults): in the formats whose
+# operator drives torchrun through them, the prefix is the operator's.
+OPERATOR_PREFIX = {"trainjob": "PET_", "pytorchjob": "PET_"}
+# What gpufleet itself sets for every rank (the contract), in every format.
+CONTRACT_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "MLP_WORKER_NUM",
+                "MLP_WORKER_GPU", "MLP_ROLE_INDEX", "MLP_WORKER_0_HOST", "MLP_WORKER_0_PORT", "MLP_WORKER_ALL_HOSTS",
+                "MLP_MPI_HOSTS", "MLP_MPI_HOSTFILE", "MLP_MPI_NP", "GPUFLEET_RANK_STARTS")
+
+# How each format restarts a failed job, as its scheduler or operator can.
+RESTARTS = {
+    "sbatch": "the whole job, requeued by Slurm (scontrol requeue) up to max_restarts times",
+    "trainjob": "not carried: a TrainJob (Kubeflow Trainer v2.0) has no field for it; the ClusterTrainingRuntime's "
+                "JobSet failurePolicy.maxRestarts restarts the whole job",
+    "pytorchjob": "each failed pod in place (restartPolicy OnFailure); the other pods' torchrun fails when its peer "
+                  "goes and restarts too, so backoffLimit, which counts every pod's restarts, is max_restarts x nodes",
+    "mpijob": "the whole job: the launcher's mpirun starts again, up to backoffLimit = max_restarts times",
+}
 
 
 class ExportError(ValueError):
@@ -54,8 +94,37 @@ class ExportJob:
     max_restarts: int = 0
     launcher: str = "torchrun"
     python: str = "python3"
-    image: str = ""
+    container_image: str = ""
     master_port: int | None = None
+
+
+def pod_names(job: ExportJob, fmt: str) -> list[str]:
+    """The hostnames of the pods the format's operator creates (each must be a DNS label)."""
+    if fmt == "trainjob":  # the JobSet's pods: <jobset>-<replicatedJob>-<job index>-<pod index>
+        return ["%s-node-0-%d" % (job.job, index) for index in range(job.nnodes)]
+    if fmt == "pytorchjob":  # <job>-<replica type>-<index>
+        return ["%s-master-0" % job.job] + ["%s-worker-%d" % (job.job, index) for index in range(job.nnodes - 1)]
+    if fmt == "mpijob":
+        return ["%s-launcher" % job.job] + ["%s-worker-%d" % (job.job, index) for index in range(job.nnodes)]
+    return []
+
+
+def _check_env(job: ExportJob, fmt: str) -> None:
+    names = [name for name, _value in job.env]
+    for name in job.secret_names:
+        if name in names:
+            raise ExportError("gpufleet_secret_env: %s is also in gpufleet_env; a variable has one value, give it in "
+                              "one of them" % name)
+    for variable, found in (("gpufleet_env", names), ("gpufleet_secret_env", list(job.secret_names))):
+        for name in found:
+            if name in CONTRACT_ENV:
+                raise ExportError("%s: %s is set by gpufleet for every rank (the job's contract), in every format; "
+                                  "rename the variable" % (variable, name))
+            prefix = OPERATOR_PREFIX.get(fmt, "")
+            if name in OPERATOR_ENV[fmt] or (prefix and name.startswith(prefix)):
+                raise ExportError("%s: %s is set by the operator of format=%s in the rank's container%s; rename the "
+                                  "variable" % (variable, name, fmt,
+                                                " (%s* are torchrun's options)" % prefix if prefix else ""))
 
 
 def check(job: ExportJob, fmt: str) -> None:
@@ -64,13 +133,33 @@ def check(job: ExportJob, fmt: str) -> None:
     if job.launcher not in FORMAT_LAUNCHERS[fmt]:
         raise ExportError("launcher: format=%s starts the ranks with %s, not %s"
                           % (fmt, " or ".join(FORMAT_LAUNCHERS[fmt]), job.launcher))
-    if fmt != "sbatch":
-        if not job.image:
-            raise ExportError("image: format=%s needs the container image to train in, e.g. "
-                              "-e image=nvcr.io/nvidia/pytorch:25.01-py3" % fmt)
-        if not _K8S_NAME_RE.match(job.job):
-            raise ExportError("job: %r is not a Kubernetes name (lower-case letters, digits and '-', starting with a "
-                              "letter); give one with -e job=NAME" % job.job)
+    _check_env(job, fmt)
+    if fmt == "sbatch":
+        return
+    if not job.container_image:
+        raise ExportError("container_image: format=%s needs the container image to train in, e.g. "
+                          "-e container_image=nvcr.io/nvidia/pytorch:25.01-py3" % fmt)
+    if not _K8S_NAME_RE.match(job.job):
+        raise ExportError("job: %r is not a Kubernetes name (lower-case letters, digits and '-', starting with a "
+                          "letter); give one with -e job=NAME" % job.job)
+    longest = max(reversed(pod_names(job, fmt)), key=len)  # the last of the longest: the highest index
+    if len(longest) > DNS_LABEL_MAX:
+        raise ExportError("job: %r is too long for format=%s: its pod %s would have a %d-character hostname (at most "
+                          "%d); use a job name of at most %d characters"
+                          % (job.job, fmt, longest, len(longest), DNS_LABEL_MAX,
+                             DNS_LABEL_MAX - (len(longest) - len(job.job))))
+    if fmt == "trainjob" and job.max_restarts:
+        raise ExportError("max_restarts: %d cannot be carried by format=trainjob: %s. Leave max_restarts at 0 "
+                          "(and set it in the runtime), or use format=mpijob or sbatch"
+                          % (job.max_restarts, RESTARTS["trainjob"]))
+
+
+def warnings(job: ExportJob, fmt: str) -> list[str]:
+    """What the file does differently from train.yml, for the user to know before applying it."""
+    if fmt == "pytorchjob" and job.max_restarts:
+        return ["max_restarts=%d with format=pytorchjob restarts %s (backoffLimit %d)"
+                % (job.max_restarts, RESTARTS["pytorchjob"], job.max_restarts * job.nnodes)]
+    return []
 
 
 # -- sbatch ---------------------------------------------------------------------------------------------------------
@@ -178,7 +267,7 @@ def _torch_shell(job: ExportJob, nnodes: str, node_rank: str, addr: str, port: s
 
 def trainjob(job: ExportJob) -> dict[str, Any]:
     trainer: dict[str, Any] = {
-        "image": job.image,
+        "image": job.container_image,
         "command": _torch_shell(job, "$PET_NNODES", "$PET_NODE_RANK", "$PET_MASTER_ADDR", "$PET_MASTER_PORT"),
         "numNodes": job.nnodes,
         "numProcPerNode": job.nproc_per_node,
@@ -200,15 +289,16 @@ def trainjob(job: ExportJob) -> dict[str, Any]:
 
 def _pod(job: ExportJob, name: str, command: list[str], env: list[dict[str, Any]], restart: str,
          gpus: bool = True) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": name, "image": job.image, "command": command, "env": env}
+    container: dict[str, Any] = {"name": name, "image": job.container_image, "command": command, "env": env}
     if gpus and job.gpus_per_node:
         container["resources"] = _resources(job)
     return {"restartPolicy": restart, "template": {"spec": {"containers": [container]}}}
 
 
 def pytorchjob(job: ExportJob) -> dict[str, Any]:
-    # The operator gives each pod MASTER_ADDR, MASTER_PORT, WORLD_SIZE (pods) and RANK (the pod's index).
-    command = _torch_shell(job, "$WORLD_SIZE", "$RANK", "$MASTER_ADDR", "$MASTER_PORT")
+    # The operator gives each pod MASTER_ADDR and MASTER_PORT (the Master's Service), PET_NNODES (pods), PET_NODE_RANK
+    # (the pod's index, the Master 0) and, with nprocPerNode, WORLD_SIZE as pods x ranks per pod (envvar.go).
+    command = _torch_shell(job, "$PET_NNODES", "$PET_NODE_RANK", "$MASTER_ADDR", "$MASTER_PORT")
     env = _env(job, _contract(job))
     replicas = {"Master": dict(_pod(job, "pytorch", command, env, "OnFailure"), replicas=1)}
     if job.nnodes > 1:
@@ -217,20 +307,48 @@ def pytorchjob(job: ExportJob) -> dict[str, Any]:
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": _metadata(job, "kubeflow-training-operator-v1"),
-        "spec": {"runPolicy": {"backoffLimit": job.max_restarts, "cleanPodPolicy": "Running"},
+        "spec": {"nprocPerNode": str(job.nproc_per_node),
+                 "runPolicy": {"backoffLimit": job.max_restarts * job.nnodes, "cleanPodPolicy": "Running"},
                  "pytorchReplicaSpecs": replicas},
     }
 
 
-def mpijob(job: ExportJob) -> dict[str, Any]:
+def _mpi_launch(job: ExportJob) -> str:
+    """The launcher's script: the contract from the operator's hostfile (the first worker runs rank 0, for mpirun
+    fills the hostfile's slots in order), then mpirun or horovodrun over that hostfile, each rank through the same
+    wrapper train.yml's mpirun path uses (RANK, LOCAL_RANK, WORLD_SIZE and NODE_RANK from the launcher's own)."""
     world = job.nnodes * job.nproc_per_node
-    forwarded = [name for name, _value in job.env] + list(_contract(job)) + list(job.secret_names)
-    args = shlex.join((job.script, *job.script_args))
-    launch = ("exec mpirun -np %d --bind-to none --map-by slot %s python %s"
-              % (world, " ".join("-x %s" % name for name in forwarded), args))
-    if job.launcher == "horovodrun":
-        launch = "exec horovodrun -np %d python %s" % (world, args)
-    launcher = _pod(job, "launcher", ["/bin/bash", "-c", launch], _env(job, _contract(job)), "OnFailure",
+    starts = " ".join(str(node * job.nproc_per_node) for node in range(job.nnodes))
+    port = job.master_port or DEFAULT_PORT
+    rank = ["/bin/bash", "-c", launchers.RANK_ENV_WRAPPER, "gpufleet-rank", "python", job.script, *job.script_args]
+    head = (
+        "hostfile=%(hostfile)s\n"
+        "# The operator's hostfile lists the workers in order: the first runs rank 0 and the rendezvous.\n"
+        "MLP_WORKER_ALL_HOSTS=$(awk 'NF && $1 !~ /^#/ {print $1}' \"$hostfile\" | paste -sd, -)\n"
+        "MASTER_ADDR=${MLP_WORKER_ALL_HOSTS%%%%,*}\n"
+        "MLP_MPI_HOSTS=$(echo \"$MLP_WORKER_ALL_HOSTS\" | sed 's/\\([^,]*\\)/\\1:%(nproc)d/g')\n"
+        "export MASTER_ADDR MASTER_PORT=%(port)d WORLD_SIZE=%(world)d GPUFLEET_RANK_STARTS='%(starts)s' "
+        "MLP_WORKER_0_HOST=$MASTER_ADDR MLP_WORKER_0_PORT=%(port)d MLP_WORKER_ALL_HOSTS MLP_MPI_HOSTS "
+        "MLP_MPI_HOSTFILE=$hostfile LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}\n"
+        "echo \"[gpufleet] job %(job)s: %(world)d ranks on $MLP_WORKER_ALL_HOSTS, rendezvous $MASTER_ADDR:%(port)d\"\n"
+        % {"hostfile": MPI_OPERATOR_HOSTFILE, "nproc": job.nproc_per_node, "port": port, "world": world,
+           "starts": starts, "job": job.job})
+    if job.launcher == "horovodrun":  # horovodrun passes the launcher's environment to every rank itself
+        return head + "exec horovodrun -np %d --hostfile \"$hostfile\" %s\n" % (world, shlex.join(rank))
+    forwarded = ["PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                 "GPUFLEET_RANK_STARTS", "MLP_WORKER_0_HOST", "MLP_WORKER_0_PORT", "MLP_WORKER_ALL_HOSTS",
+                 "MLP_MPI_HOSTS", "MLP_MPI_HOSTFILE"]
+    forwarded += [name for name, _value in job.env] + list(_contract(job)) + list(job.secret_names)
+    return head + (
+        "export PYTHONUNBUFFERED=1\n"
+        "# Images such as NGC's run as root, which Open MPI refuses unless told.\n"
+        "root=\"\"; if [ \"$(id -u)\" = 0 ]; then root=--allow-run-as-root; fi\n"
+        "exec mpirun $root --hostfile \"$hostfile\" -np %d --map-by slot --bind-to none %s %s\n"
+        % (world, " ".join("-x %s" % name for name in dict.fromkeys(forwarded)), shlex.join(rank)))
+
+
+def mpijob(job: ExportJob) -> dict[str, Any]:
+    launcher = _pod(job, "launcher", ["/bin/bash", "-c", _mpi_launch(job)], _env(job, _contract(job)), "OnFailure",
                     gpus=False)
     worker = _pod(job, "worker", ["/usr/sbin/sshd", "-De"], _env(job, _contract(job)), "OnFailure")
     return {
@@ -254,6 +372,8 @@ def render(job: ExportJob, fmt: str, dump: Any) -> str:
     manifest = {"trainjob": trainjob, "pytorchjob": pytorchjob, "mpijob": mpijob}[fmt](job)
     header = "# Written by gpufleet (playbooks/export.yml) for job %s: %s, %d node(s), %d rank(s) per node.\n" % (
         job.job, manifest["kind"], job.nnodes, job.nproc_per_node)
+    if job.max_restarts:
+        header += "# max_restarts=%d restarts %s.\n" % (job.max_restarts, RESTARTS[fmt])
     if job.secret_names:
         header += "# Its secrets come from the Secret %s-secrets (keys: %s); create it before applying this.\n" % (
             job.job, ", ".join(job.secret_names))
@@ -262,3 +382,17 @@ def render(job: ExportJob, fmt: str, dump: Any) -> str:
 
 def default_dest(job: str, fmt: str) -> str:
     return "%s.sbatch" % job if fmt == "sbatch" else "%s-%s.yaml" % (job, fmt)
+
+
+def resolve_dest(dest: str | None, job: str, fmt: str, cwd: str) -> str:
+    """The file to write: dest (relative to cwd), or the default name in cwd or in dest when dest is a folder."""
+    if not dest:
+        return os.path.join(cwd, default_dest(job, fmt))
+    path = os.path.join(cwd, os.path.expanduser(dest))
+    if os.path.isdir(path):
+        return os.path.join(path, default_dest(job, fmt))
+    folder = os.path.dirname(path) or cwd
+    if not os.path.isdir(folder):
+        raise ExportError("dest: %s is in the folder %s, which does not exist (a folder as dest gets %s)"
+                          % (dest, folder, default_dest(job, fmt)))
+    return path

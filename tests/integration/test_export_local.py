@@ -30,11 +30,31 @@ def test_a_trainjob_carries_the_inventory_s_node_count_and_the_image(local):
 def test_what_export_cannot_write_is_refused_naming_it(local):
     cases = {
         ("-e", "format=helm"): "format: 'helm' is not one of sbatch, trainjob, pytorchjob, mpijob",
-        ("-e", "format=pytorchjob"): "image: format=pytorchjob needs the container image to train in",
+        ("-e", "format=pytorchjob"): "container_image: format=pytorchjob needs the container image to train in",
+        ("-e", "format=trainjob", "-e", "container_image=img", "-e", "max_restarts=1"):
+            "max_restarts: 1 cannot be carried by format=trainjob",
+        ("-e", "format=sbatch", "-e", "dest=%s" % "/nonexistent-gpufleet/x.sbatch"):
+            "dest: /nonexistent-gpufleet/x.sbatch is in the folder /nonexistent-gpufleet, which does not exist",
         ("-e", "format=sbatch", "-e", "launcher=mpirun"):
             "launcher: format=sbatch starts the ranks with torchrun or none, not mpirun",
     }
     for args, message in cases.items():
         run = local.playbook("export.yml", "-e", "script=train.py", "-e", "dest=%s" % (local.root / "out"), *args)
+        # (a later -e dest wins over the first)
         assert run.rc != 0 and message in run.out, (args, run.out[-2000:])
     assert not (local.root / "out").exists()
+
+
+def test_the_same_container_image_as_train_yml_and_a_folder_as_dest(local):
+    """-e container_image (train.yml's name) is the image; a folder as dest gets the default file name in it; a
+    PyTorchJob with max_restarts warns how its operator restarts."""
+    folder = local.root / "manifests"
+    folder.mkdir()
+    run = local.playbook("export.yml", "-e", "script=/workspace/train.py", "-e", "format=pytorchjob",
+                         "-e", "container_image=registry.example/train:2", "-e", "max_restarts=1",
+                         "-e", "dest=%s" % folder)
+    assert run.rc == 0, run.out[-2000:]
+    written = folder / "train-pytorchjob.yaml"
+    master = yaml.safe_load(written.read_text())["spec"]["pytorchReplicaSpecs"]["Master"]
+    assert master["template"]["spec"]["containers"][0]["image"] == "registry.example/train:2"
+    assert "max_restarts=1 with format=pytorchjob restarts each failed pod in place" in " ".join(run.out.split())
