@@ -9,7 +9,9 @@ import os
 import re
 
 import pytest
+import yaml
 
+import testbed
 from jobfaults import probe_all, wait_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,3 +81,38 @@ def test_the_rank_manifest_is_byte_identical_on_every_node_and_across_runs(clust
             data = cluster.node_exec(node, "cat", "/root/.gpufleet/jobs/ds-manifest/ranks.json", check=True).stdout
             digests.append(hashlib.sha256(data).hexdigest())
     assert len(digests) == 6 and len(set(digests)) == 1
+
+
+def test_the_exported_mpijob_launcher_runs_every_rank_with_the_contract_as_the_operator_runs_it(cluster):
+    """export.yml's MPIJob, its launcher's script run as the MPI Operator runs it: on a launcher (node0 here) with the
+    manifest's environment, the operator's hostfile (one "<worker> slots=2" line per worker, the test cluster's
+    addresses in place of the pods' names, at the operator's /etc/mpi/hostfile path) and sshd on every worker; the
+    real Open MPI starts the ranks and each checks the contract (RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR
+    at the first worker) and all-reduces across the nodes (gloo). The ranks find python through the launcher's PATH,
+    which mpirun forwards. Not checked: the operator itself, its pods and its DNS names (no Kubernetes here)."""
+    dest = os.path.join(cluster.state, "contract-mpijob.yaml")
+    script = "/tmp/gpufleet-mpijob/contract_check.py"
+    run = cluster.playbook("export.yml", "-e", "script=%s" % script, "-e", "format=mpijob", "-e", "launcher=mpirun",
+                           "-e", "nproc_per_node=2", "-e", "gpus_per_node=0", "-e", "job=contract",
+                           "-e", "container_image=registry.example/none:1", "-e", "dest=%s" % dest)
+    assert run.rc == 0, run.out[-3000:]
+    with open(dest) as handle:
+        launcher = yaml.safe_load(handle)["spec"]["mpiReplicaSpecs"]["Launcher"]
+    (container,) = launcher["template"]["spec"]["containers"]
+    hostfile = "".join("%s slots=2\n" % cluster.addresses[node] for node in cluster.nodes)
+    for node in cluster.nodes:
+        cluster.node_exec(node, "mkdir", "-p", "/tmp/gpufleet-mpijob", "/etc/mpi", check=True)
+        testbed.podman("cp", os.path.join(SCRIPTS, "contract_check.py"),
+                       "%s%s:%s" % (testbed.PREFIX, node, script), check=True)
+    cluster.node_exec("node0", "sh", "-c", "cat > /etc/mpi/hostfile <<'END'\n%sEND\n" % hostfile, check=True)
+    env = ["%s=%s" % (item["name"], item["value"]) for item in container["env"] if "value" in item]
+    try:
+        done = cluster.node_exec("node0", "env", "PATH=/opt/gpufleet/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin", *env,
+                                 *container["command"])
+        out = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        assert done.returncode == 0, out[-4000:]
+        assert ok_lines(out) == [(r, 6, r // 2, r % 2) for r in range(6)], out[-4000:]
+        assert "[gpufleet] job contract: 6 ranks on %s, rendezvous %s:29500" % (
+            ",".join(cluster.addresses[node] for node in cluster.nodes), cluster.addresses["node0"]) in out
+    finally:
+        cluster.node_exec("node0", "rm", "-rf", "/etc/mpi")

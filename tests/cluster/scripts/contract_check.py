@@ -15,6 +15,21 @@ import torch
 import torch.distributed as dist
 
 
+def rank_manifest() -> dict:
+    """gpufleet's ranks.json beside the hostfile; where there is none (an MPIJob's /etc/mpi, written by the MPI
+    Operator), the same ranges from MLP_MPI_HOSTS ("address:slots,..." in rank order)."""
+    path = os.path.join(os.path.dirname(os.environ["MLP_MPI_HOSTFILE"]), "ranks.json")
+    if os.path.exists(path):
+        with open(path) as handle:
+            return json.load(handle)
+    nodes, first = [], 0
+    for entry in os.environ["MLP_MPI_HOSTS"].split(","):
+        address, slots = entry.rsplit(":", 1)
+        nodes.append({"address": address, "ranks": [first, first + int(slots) - 1]})
+        first += int(slots)
+    return {"nodes": nodes, "world_size": first}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail-rank", type=int, default=-1)
@@ -28,8 +43,7 @@ def main() -> int:
     assert not missing, "missing: %s" % missing
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     node = int(os.environ["NODE_RANK"])
-    with open(os.path.join(os.path.dirname(os.environ["MLP_MPI_HOSTFILE"]), "ranks.json")) as handle:
-        manifest = json.load(handle)
+    manifest = rank_manifest()
     first, last = manifest["nodes"][node]["ranks"]
     assert first <= rank <= last, "rank %d is not in node %d's range %s" % (rank, node, (first, last))
     assert world == manifest["world_size"] == int(os.environ["MLP_MPI_NP"])
