@@ -37,7 +37,12 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_json_atomic
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    GANG_STOP_STATES,
+    JobState,
+    STOPPED_FOR,
+    WAIT_ENDED_STATES,
+)
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, job_poll
 
@@ -78,7 +83,7 @@ def first_peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | Non
                 state = json.load(handle)
         except (OSError, ValueError):
             continue
-        if state.get("state") in JobState.GANG_STOP_TRIGGERS and not state.get(JobState.STOPPED_FOR):
+        if state.get("state") in GANG_STOP_STATES and not state.get(STOPPED_FOR):
             found.append(state)
     if not found:
         return None
@@ -118,7 +123,7 @@ class GangWait:
             self.say("  waiting for the job on every node; the master's last log line every %.0f s:" % self.progress_s)
         while True:
             state = self.poll()
-            if state in JobState.WAIT_ENDED:
+            if state in WAIT_ENDED_STATES:
                 break
             if not self.was_interrupted and interrupted():
                 self.was_interrupted = True
@@ -145,7 +150,7 @@ class GangWait:
         state = self.current.get("state")
         write_state(self.gang_dir, self.host, {"host": self.host, "node_rank": self.node_rank, "state": state,
                                                "ended_at": self.current.get("ended_at"),
-                                               JobState.STOPPED_FOR: self.stopped_for})
+                                               STOPPED_FOR: self.stopped_for})
         return state
 
     def show_progress(self) -> None:
@@ -201,7 +206,7 @@ class GangWait:
                 current = answer["jobs"][0]
         current.update(host=self.host, node_rank=self.node_rank)
         if self.stopped_for is not None:
-            current[JobState.STOPPED_FOR] = self.stopped_for["host"]
+            current[STOPPED_FOR] = self.stopped_for["host"]
         if self.was_interrupted:
             current["interrupted"] = True
         return current

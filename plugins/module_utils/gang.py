@@ -16,7 +16,13 @@ import select
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    Defaults,
+    GANG_FAILURE_STATES,
+    HeartbeatPhase,
+    JobState,
+    STOPPED_FOR,
+)
 
 
 def bind_own_address(kind: int, address: str, port: int) -> socket.socket:
@@ -204,22 +210,24 @@ def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
     """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
     for rank in gang.peers():
         news = gang.news.get(rank) or {}
-        if (news.get("attempt") == attempt and news.get("outcome") in JobState.GANG_FAILURES
-                and not news.get(JobState.STOPPED_FOR)):
+        if (news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURE_STATES
+                and not news.get(STOPPED_FOR)):
             return rank, news
         if news.get("final") and news.get("attempt", 0) < attempt:
-            return rank, dict(news, outcome="ended", reason="it has ended and will not take part in attempt %d" % attempt)
+            # Its last heartbeat said its part ended, finally, in an earlier attempt.
+            return rank, dict(news, outcome=HeartbeatPhase.ENDED,
+                              reason="it has ended and will not take part in attempt %d" % attempt)
     return None
 
 
 def describe(host: str, rank: int, news: dict) -> str:
     """One clause saying what ended a node's part, for stop reasons and the report."""
     what = news.get("outcome")
-    if what == "failed":
+    if what == JobState.FAILED:
         code = news.get("signal") or "exit code %s" % news.get("exit_code")
         return "%s (node_rank %d) failed with %s" % (host, rank, code)
-    if what == "hung":
+    if what == JobState.HUNG:
         return "%s (node_rank %d) found the job hung" % (host, rank)
-    if what == "ended":
+    if what == HeartbeatPhase.ENDED:
         return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
     return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")

@@ -9,6 +9,7 @@ supervisor.shipped_source); standard library only, Python 3.8+."""
 from __future__ import annotations
 
 import collections
+import enum
 
 STATE_FILE = "state.json"
 SPEC_FILE = "job.json"
@@ -36,9 +37,10 @@ def read_stop_request(text: str) -> tuple[str, str | None]:
     return (lines[0].strip() if lines else ""), (stopped_for or None)
 
 
-class JobState:
+class JobState(str, enum.Enum):
     """The one vocabulary of job states: of one node's part of a job, as state.json, job_status, job_wait and the
-    report name them. The controller side imports these; it keeps no copy.
+    report name them. The controller side imports these; it keeps no copy, and no module of the collection spells a
+    state's word itself (tests/unit/plugins/test_job_states.py fails on one).
 
     queued -> starting                                               scheduler=slurm: the folder is ready, Slurm has
                                                                      not started the node's part yet (the launch
@@ -50,6 +52,9 @@ class JobState:
     lost          state.json says running but its supervisor is gone (job_status decides)
     absent        there is no such job on the node (job_status)
     unreachable   the node stopped answering the controller (job_wait decides)
+
+    A member is the string it names (``JobState.RUNNING == "running"``, in JSON and in messages alike), so that
+    state.json and the modules' results read as before.
     """
 
     QUEUED = "queued"
@@ -64,18 +69,35 @@ class JobState:
     LOST = "lost"
     ABSENT = "absent"
     UNREACHABLE = "unreachable"
-    # The key that names the node whose failure stopped this one ("stopped because of another node").
-    STOPPED_FOR = "stopped_for"
-    # Derived sets.
-    ACTIVE = (QUEUED, STARTING, RUNNING, STOPPING, RESTARTING)
-    ENDED = (SUCCEEDED, FAILED, STOPPED, HUNG, LOST)  # on the node
-    WAIT_ENDED = ENDED + (ABSENT, UNREACHABLE)  # where the controller's wait stops
-    # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
-    GANG_FAILURES = (FAILED, STOPPED, HUNG)
-    # States that make the controller's waits stop every other node's part (unless stopped for another node).
-    GANG_STOP_TRIGGERS = (FAILED, LOST, UNREACHABLE, STOPPED, HUNG)
-    # States the report counts as a failure of the node itself.
-    FAILURES = (FAILED, LOST, UNREACHABLE, HUNG)
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
+class HeartbeatPhase(str, enum.Enum):
+    """What a supervisor's heartbeat says of its node's part of the current attempt: its run is under way, or it has
+    ended (the heartbeat then carries the outcome; with final, no attempt follows)."""
+
+    RUNNING = "running"
+    ENDED = "ended"
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+
+# The key of state.json and of a gang's news that names the node whose failure stopped this one ("stopped because
+# of another node").
+STOPPED_FOR = "stopped_for"
+# Derived sets of states.
+ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.RESTARTING)
+ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.HUNG, JobState.LOST)  # on the node
+WAIT_ENDED_STATES = ENDED_STATES + (JobState.ABSENT, JobState.UNREACHABLE)  # where the controller's wait stops
+# Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
+GANG_FAILURE_STATES = (JobState.FAILED, JobState.STOPPED, JobState.HUNG)
+# States that make the controller's waits stop every other node's part (unless stopped for another node).
+GANG_STOP_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState.STOPPED, JobState.HUNG)
+# States the report counts as a failure of the node itself.
+FAILURE_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState.HUNG)
 
 
 # Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and

@@ -36,6 +36,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     write_json_atomic,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    ACTIVE_STATES,
+    ENDED_STATES,
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
     LAUNCH_FILE,
@@ -88,7 +90,7 @@ def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
     state = read_json(os.path.join(path, STATE_FILE))
     result.update(state_of(read_spec(path), state, supervisor_alive(state or {})))
     if (state or {}).get("slurm_job_id"):  # Slurm's state next to gpufleet's: its final one once this part ended
-        ended_here = result["state"] in JobState.ENDED
+        ended_here = result["state"] in ENDED_STATES
         slurm = (slurm_jobs.query_ended(state["slurm_job_id"], slurm_wait_s) if ended_here and slurm_wait_s
                  else slurm_jobs.query(state["slurm_job_id"]))
         result = slurm_jobs.settle(result, slurm)
@@ -124,7 +126,7 @@ def state_of(spec: dict | None, state: dict | None, supervisor_alive_now: bool) 
         # Slurm has not started this node's supervisor yet (slurm_jobs.settle says what Slurm makes of it).
         result["running"] = True
         return result
-    if state.get("state") not in JobState.ENDED and not supervisor_alive_now:
+    if state.get("state") not in ENDED_STATES and not supervisor_alive_now:
         result["state"] = JobState.LOST
         result["lost_reason"] = "the supervisor (pid %s) is gone without recording an end" % state.get("supervisor_pid")
     result["master_port"] = state.get("master_port") or spec.get("master_port")
@@ -134,7 +136,7 @@ def state_of(spec: dict | None, state: dict | None, supervisor_alive_now: bool) 
 
 
 def is_running(current: dict) -> bool:
-    return current.get("state") in JobState.ACTIVE
+    return current.get("state") in ACTIVE_STATES
 
 
 def _read(path: str) -> str:
@@ -296,7 +298,7 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
         current = status(path)
         if current["state"] not in (JobState.STARTING, JobState.ABSENT) and current.get("pid"):
             return current
-        if current["state"] in JobState.ENDED:
+        if current["state"] in ENDED_STATES:
             raise JobError("the supervisor of %s could not start the job: %s"
                            % (path, current.get("error") or current.get("lost_reason") or current["state"]))
         time.sleep(0.05)
@@ -324,7 +326,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
         return result
     result["changed"] = True
     if check_mode:
-        result["state"] = "stopped"
+        result["state"] = JobState.STOPPED
         return result
     write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for), 0o600)
     slurm_job_id = spec.get("slurm_job_id") if spec.get("scheduler") == "slurm" else None
@@ -345,7 +347,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     if is_running(final) or final["state"] == JobState.LOST:
         # A supervisor that never started (queued) or is gone without recording the end: the stop records it.
         state = dict(read_json(os.path.join(path, STATE_FILE)) or {})
-        state.update(state="stopped", stop_reason=reason, ended_at=time.time())
+        state.update(state=JobState.STOPPED, stop_reason=reason, ended_at=time.time())
         write_json_atomic(os.path.join(path, STATE_FILE), state)
         final = status(path)
     result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [],

@@ -80,8 +80,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     SPEC_FILE,
     STATE_FILE,
     STOP_REQUEST_FILE,
+    STOPPED_FOR,
     TOKEN_VAR,
     Defaults,
+    HeartbeatPhase,
     JobState,
     StopReason,
     read_stop_request,
@@ -138,7 +140,7 @@ class Supervisor:
             "job": spec.get("job"),
             "run_id": self.run_id,
             "node_rank": spec.get("node_rank"),
-            "state": "starting",
+            "state": JobState.STARTING,
             "supervisor_pid": os.getpid(),
             "supervisor_start_ticks": proc_start_ticks(os.getpid()),
             "started_at": time.time(),
@@ -181,17 +183,17 @@ class Supervisor:
             key = handle.read().strip()
         self.gang = Gang(self.spec, key)
 
-    def _beat(self, phase: str, final: bool = False, force: bool = False) -> None:
+    def _beat(self, phase: HeartbeatPhase, final: bool = False, force: bool = False) -> None:
         """Send this node's heartbeat when one is due (or now, with force)."""
         if not force and time.monotonic() < self.next_beat:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
-        outcome = self.outcome if phase == "ended" else {}
+        outcome = self.outcome if phase == HeartbeatPhase.ENDED else {}
         self.gang.send({
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
-            JobState.STOPPED_FOR: outcome.get(JobState.STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
+            STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
         })
 
     def _watch(self) -> None:
@@ -231,7 +233,7 @@ class Supervisor:
             if fd is not None:
                 os.close(fd)
 
-    def _tick(self, phase: str, timeout_s: float = 0.2) -> None:
+    def _tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
         self._beat(phase)
         fds = {fd: pid for pid, fd in self.watched.items() if fd is not None}
@@ -347,7 +349,7 @@ class Supervisor:
     def _follow_attempt(self, port: int) -> dict:
         """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
         self._begin_attempt()
-        self._save(state="running", pid=os.getpid(), follower=True, attempt=self.attempt, master_port=port)
+        self._save(state=JobState.RUNNING, pid=os.getpid(), follower=True, attempt=self.attempt, master_port=port)
         self._log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
                   % (self.spec["node_rank"], self.spec.get("launcher")))
         gang = self.gang
@@ -355,9 +357,9 @@ class Supervisor:
         stopping: StopReason | None = None
         while True:
             self._watch()
-            self._tick("running")
+            self._tick(HeartbeatPhase.RUNNING)
             leader = gang.news.get(0) or {}
-            if leader.get("attempt") == self.attempt and leader.get("phase") == "ended" or leader.get("final"):
+            if leader.get("attempt") == self.attempt and leader.get("phase") == HeartbeatPhase.ENDED or leader.get("final"):
                 break
             stopping = self._stop_decision()
             if stopping is not None:
@@ -367,27 +369,27 @@ class Supervisor:
         self._unwatch()
         end_run(self.token, self.grace_s)
         outcome = {"attempt": self.attempt, "master_port": port, "ended_at": time.time(),
-                   "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": "succeeded"}
+                   "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": JobState.SUCCEEDED}
         if stopping is not None:
             outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for,
                            exit_code=1)
-        elif leader.get("outcome") != "succeeded":
+        elif leader.get("outcome") != JobState.SUCCEEDED:
             reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
-            outcome.update(outcome="stopped", reason=reason, stopped_for=gang.host(0), exit_code=1)
+            outcome.update(outcome=JobState.STOPPED, reason=reason, stopped_for=gang.host(0), exit_code=1)
         return outcome
 
     def _run_attempt(self, port: int) -> dict:
         """Run the launch script once; return this node's outcome of the attempt."""
         self._begin_attempt()
         child = self._start(port)
-        self._save(state="running", pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
+        self._save(state=JobState.RUNNING, pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
         stopping: StopReason | None = None
         stopping_since = 0.0
         stop_decided_at = float("inf")
         terminated = killed = False
         while child.poll() is None:
             self._watch()
-            self._tick("running")
+            self._tick(HeartbeatPhase.RUNNING)
             if stopping is None:
                 stopping = self._stop_decision()
                 if stopping is not None:
@@ -426,7 +428,7 @@ class Supervisor:
             "signal": signal_name(-returncode) if returncode < 0 else None,
             "ended_at": time.time(),
             "first_exit_at": self.first_exit_at,
-            "outcome": "succeeded" if returncode == 0 else "failed",
+            "outcome": JobState.SUCCEEDED if returncode == 0 else JobState.FAILED,
         }
         if stopping is not None and self._failed_before(stopping, returncode, stop_decided_at):
             outcome["rank_ended_first"] = True  # the launcher's own end came after the stop: not what failed
@@ -486,10 +488,10 @@ class Supervisor:
         """
         parts = [self.outcome]
         if self.gang.peers():
-            self._beat("ended", force=True)
+            self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
             # with no restart left (or was stopped) has told the others, and this node is done.
-            final = self.outcome.get("outcome") != "succeeded" and not self._may_restart()
+            final = self.outcome.get("outcome") != JobState.SUCCEEDED and not self._may_restart()
             if not final:
                 self._save(phase="this node's part has ended; waiting for the other nodes")
             while self.stop_reason is None and not final:
@@ -499,19 +501,19 @@ class Supervisor:
                 lost = [rank for rank in pending if rank in self.gang.lost()]
                 if lost:
                     self._note_lost(lost)
-                    return "lost"
-                self._tick("ended")
+                    return JobState.LOST
+                self._tick(HeartbeatPhase.ENDED)
             for rank in self.gang.peers():
                 news = self.gang.news.get(rank) or {}
-                parts.append(news if news.get("attempt") == self.attempt else {"outcome": "failed"})
-        if all(part.get("outcome") == "succeeded" for part in parts):
-            return "succeeded"
+                parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED})
+        if all(part.get("outcome") == JobState.SUCCEEDED for part in parts):
+            return JobState.SUCCEEDED
         if self.stop_reason is not None or any(
-            part.get("outcome") == "hung" or (part.get("outcome") == "stopped" and not part.get(JobState.STOPPED_FOR))
+            part.get("outcome") == JobState.HUNG or (part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR))
             for part in parts
         ):
-            return "stopped"
-        return "failed"
+            return JobState.STOPPED
+        return JobState.FAILED
 
     def _may_restart(self) -> bool:
         return self.attempt <= self.max_restarts and self.stop_reason is None
@@ -521,7 +523,7 @@ class Supervisor:
         news = self.gang.news.get(rank) or {}
         if news.get("final") or news.get("attempt", 0) > self.attempt:
             return True
-        return news.get("attempt") == self.attempt and news.get("phase") == "ended"
+        return news.get("attempt") == self.attempt and news.get("phase") == HeartbeatPhase.ENDED
 
     # -- the whole run ------------------------------------------------------------------------------------------
 
@@ -533,7 +535,7 @@ class Supervisor:
         try:
             self._join_gang()
         except OSError as exc:
-            self.outcome = {"outcome": "failed", "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
+            self.outcome = {"outcome": JobState.FAILED, "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
             self._write_exit_code(1)
             self._save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
             return 1
@@ -545,11 +547,11 @@ class Supervisor:
             self.outcome = self._follow_attempt(port) if self._follower() else self._run_attempt(port)
             self.state["attempts"].append(self.outcome)
             gang = self._await_peers()
-            retry = gang == "failed" and self._may_restart()
+            retry = gang == JobState.FAILED and self._may_restart()
             if not retry:
                 break
             self.attempt += 1
-            self._save(state="restarting", attempt=self.attempt)
+            self._save(state=JobState.RESTARTING, attempt=self.attempt)
         return self._finish(gang)
 
     def _finish(self, gang: str) -> int:
@@ -564,7 +566,7 @@ class Supervisor:
             first_exit_at=self.outcome.get("first_exit_at"),
             rank_ended_first=bool(self.outcome.get("rank_ended_first")),
             stop_reason=self.outcome.get("reason") or self.stop_reason,
-            stopped_for=self.outcome.get(JobState.STOPPED_FOR),
+            stopped_for=self.outcome.get(STOPPED_FOR),
             gang=gang,
             # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
             # report orders it by this even when this node ended before counting it lost.
@@ -574,7 +576,7 @@ class Supervisor:
         if self.gang.peers():
             # Say it a few times, a moment apart, so that one lost datagram does not leave a peer waiting.
             for _beat in range(3):
-                self._beat("ended", final=True, force=True)
+                self._beat(HeartbeatPhase.ENDED, final=True, force=True)
                 time.sleep(FAREWELL_GAP_S)
         self.gang.close()
         return int(self.outcome["exit_code"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import FAILURE_STATES, JobState, STOPPED_FOR
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))
@@ -60,7 +60,7 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
         state = str(result.get("state", "?"))
         if state == JobState.STOPPED and result.get("interrupted"):
             state = "stopped (Ctrl-C)"
-        elif state == JobState.STOPPED and result.get(JobState.STOPPED_FOR):
+        elif state == JobState.STOPPED and result.get(STOPPED_FOR):
             state = "stopped (gang)"
         attempts = result.get("attempts")
         rows.append(
@@ -108,7 +108,7 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     and their launchers may well end first. A lost or unreachable node's time is when the other nodes' supervisors
     last heard its heartbeat.
     """
-    failed = [r for r in results if r.get("state") in JobState.FAILURES]
+    failed = [r for r in results if r.get("state") in FAILURE_STATES]
     if not failed:
         return None
     # A node whose supervisor vanished, or that went silent, failed when the others last heard it: as recorded when
@@ -145,7 +145,7 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     cause = first_failure(results)
     if cause is None:
         return None
-    if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in JobState.FAILURES):
+    if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
         return "job %s hung and was stopped on every node: %s." % (
             job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds")
     host = cause.get("host")
@@ -172,10 +172,10 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if isinstance(root, Mapping) and cause.get("container") and state not in (JobState.UNREACHABLE, JobState.LOST):
         parts.append("; %s %s" % (_launcher(cause), ("was killed by %s" % cause["signal"]) if cause.get("signal")
                                   else "exited with code %s" % cause.get("exit_code")))
-    later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in JobState.FAILURES]
+    later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in FAILURE_STATES]
     if later:  # often a rank that failed in a collective because the first rank had gone
         parts.append("; failed after it: %s" % ", ".join(later))
-    stopped = [str(r.get("host")) for r in results if r.get("state") == "stopped"]
+    stopped = [str(r.get("host")) for r in results if r.get("state") == JobState.STOPPED]
     if stopped:
         parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))
     lines = list(cause.get("log_tail") or [])[-tail_lines:]

@@ -10,9 +10,9 @@ import os
 import signal
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
 
-TERMINAL = JobState.ENDED
+TERMINAL = ENDED_STATES
 from hostview import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -4,11 +4,23 @@ import ast
 import glob
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    ACTIVE_STATES,
+    ENDED_STATES,
+    FAILURE_STATES,
+    GANG_FAILURE_STATES,
+    GANG_STOP_STATES,
+    HeartbeatPhase,
+    JobState,
+    STOPPED_FOR,
+    WAIT_ENDED_STATES,
+)
 
 PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "plugins")
-STATES = {value for name, value in vars(JobState).items() if name.isupper() and isinstance(value, str)} - {
-    JobState.STOPPED_FOR}
+STATES = {state.value for state in JobState}
+PHASES = {phase.value for phase in HeartbeatPhase}
+# Modules whose words are another program's, not the job's: DCGM's results, systemctl's unit states.
+OTHER_VOCABULARIES = ("dcgm_diag.py", "nvidia_node.py", "verify.py")
 CONTROLLER_SIDE = (glob.glob(os.path.join(PLUGINS, "action", "*.py")) + glob.glob(os.path.join(PLUGINS, "plugin_utils", "*.py"))
                    + [os.path.join(PLUGINS, "module_utils", "jobs.py")])
 
@@ -31,12 +43,50 @@ def test_the_controller_side_holds_no_copy_of_a_set_of_states():
     assert copied_state_sets('TERMINAL = ("succeeded", "failed", "lost")\n') == [["succeeded", "failed", "lost"]]
 
 
+def spelled_states(source: str) -> list[tuple[int, str]]:
+    """(line, word) of each string literal that is a job state or a heartbeat phase, other than a key (of a dict,
+    a subscript, or the first argument of get, pop and setdefault): the vocabulary module's members say them."""
+    tree = ast.parse(source)
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys.update(id(key) for key in node.keys if key is not None)
+        elif isinstance(node, ast.Subscript):
+            keys.add(id(node.slice))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+              and node.func.attr in ("get", "pop", "setdefault")):
+            keys.add(id(node.args[0]))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in STATES | PHASES
+            and id(node) not in keys]
+
+
+def test_no_module_spells_a_state_or_a_phase_itself():
+    paths = [path for path in glob.glob(os.path.join(PLUGINS, "**", "*.py"), recursive=True)
+             if os.path.basename(path) not in ("job_states.py",) + OTHER_VOCABULARIES]
+    spelled = {os.path.relpath(path, PLUGINS): spelled_states(open(path).read()) for path in paths}
+    assert {path: words for path, words in spelled.items() if words} == {}
+    # The check finds a spelled state, and leaves keys alone.
+    assert spelled_states('if part.get("outcome") == "failed":\n    state = {"state": "stopped", "running": 1}\n') == [
+        (1, "failed"), (2, "stopped")]
+    assert spelled_states('x = answer.get("failed") or answer["unreachable"]\n') == []
+
+
+def test_a_state_is_its_word_in_json_and_in_messages():
+    import json
+
+    assert JobState.RUNNING == "running" and "%s" % JobState.HUNG == "hung" and "{}".format(JobState.LOST) == "lost"
+    assert json.dumps({"state": JobState.STOPPED, "phase": HeartbeatPhase.ENDED}) == (
+        '{"state": "stopped", "phase": "ended"}')
+    assert "running" in {JobState.RUNNING} and JobState("failed") is JobState.FAILED
+
+
 def test_the_derived_sets_are_made_of_the_states():
-    for derived in (JobState.ACTIVE, JobState.ENDED, JobState.WAIT_ENDED, JobState.GANG_FAILURES,
-                    JobState.GANG_STOP_TRIGGERS, JobState.FAILURES):
+    for derived in (ACTIVE_STATES, ENDED_STATES, WAIT_ENDED_STATES, GANG_FAILURE_STATES,
+                    GANG_STOP_STATES, FAILURE_STATES):
         assert set(derived) <= STATES
-    assert not set(JobState.ACTIVE) & set(JobState.WAIT_ENDED)
-    assert set(JobState.FAILURES) <= set(JobState.GANG_STOP_TRIGGERS) <= set(JobState.WAIT_ENDED)
+    assert not set(ACTIVE_STATES) & set(WAIT_ENDED_STATES)
+    assert set(FAILURE_STATES) <= set(GANG_STOP_STATES) <= set(WAIT_ENDED_STATES)
 
 
 def test_the_job_roles_jobs_folder_default_is_the_supervisions():

@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     run_processes,
     run_token,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
@@ -55,7 +55,7 @@ def launch(tmp_path, body, run_id="r1", **kwargs):
 
 def ended(path):
     current = jobs.status(path)
-    return current if current["state"] in JobState.ENDED else None
+    return current if current["state"] in ENDED_STATES else None
 
 
 def token_processes(path):

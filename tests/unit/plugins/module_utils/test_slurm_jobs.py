@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, slurm_jobs, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import job_poll
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -67,7 +67,7 @@ def test_a_queued_part_takes_its_state_from_slurm(slurm_state, expected):
     queued = {"state": JobState.QUEUED, "running": True, "slurm_job_id": "41"}
     settled = slurm_jobs.settle(queued, {"state": slurm_state})
     assert settled["state"] == expected and settled["slurm"] == {"state": slurm_state}
-    if expected in JobState.ENDED:
+    if expected in ENDED_STATES:
         assert settled["running"] is False
         assert settled["error"].startswith("Slurm job 41 ") and "before this node's part started" in settled["error"]
     # A part whose supervisor runs keeps its own state; Slurm's is shown next to it.

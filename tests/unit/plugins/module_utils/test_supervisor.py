@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     run_token,
     supervisor_alive,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
@@ -69,7 +69,7 @@ class Gang2:
 
     def ended(self):
         found = [self.status(rank) for rank in (0, 1)]
-        return found if all(s["state"] in JobState.ENDED for s in found) else None
+        return found if all(s["state"] in ENDED_STATES for s in found) else None
 
     def processes(self):
         return [pid for path in self.paths for pid in run_processes(run_token(jobs.read_spec(path)))]
@@ -148,7 +148,7 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
                    grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
     jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
-    final = wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED and jobs.status(path), timeout=15)
+    final = wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES and jobs.status(path), timeout=15)
     assert final["state"] == "stopped"
     # Who was never heard, on which UDP port, how long this node waited, and what to check.
     found = re.search(r"no heartbeat from n1 \(node_rank 1\) arrived at this node's UDP port (\d+) in the ([\d.]+) s "
@@ -215,7 +215,7 @@ def test_a_failed_part_with_no_restart_left_does_not_wait_for_a_silent_peer(gang
     g = gang([FOREVER, "echo started; sleep 2; exit 3\n"], heartbeat_s=1.0, heartbeat_misses=30)
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
     os.kill(g.status(0)["supervisor_pid"], signal.SIGKILL)
-    final = wait_for(lambda: g.status(1)["state"] in JobState.ENDED and g.status(1), timeout=10)
+    final = wait_for(lambda: g.status(1)["state"] in ENDED_STATES and g.status(1), timeout=10)
     assert final["state"] == "failed" and final["exit_code"] == 3
     wait_for(lambda: not supervisor_alive(g.status(1)), timeout=5)  # and its supervisor has exited
 

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import job_poll
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
@@ -75,7 +75,7 @@ def test_running_then_succeeded_read_the_same_as_job_status(jobs_home):
     path = start(tmp, home, "ok", "echo first\nsleep 1.5\necho 'the last line'\nexit 0\n")
     wait_for(lambda: jobs.status(path)["state"] == "running" and jobs.status(path)["last_line"] == "first")
     assert assert_same(home, path, "ok")["running"] is True
-    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
     found = assert_same(home, path, "ok")
     assert (found["state"], found["last_line"], found["exit_code"]) == ("succeeded", "the last line", 0)
 
@@ -83,7 +83,7 @@ def test_running_then_succeeded_read_the_same_as_job_status(jobs_home):
 def test_a_failure_reads_the_same_as_job_status(jobs_home):
     tmp, home = jobs_home
     path = start(tmp, home, "bad", "echo about to fail\nexit 3\n")
-    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
     assert assert_same(home, path, "bad")["state"] == "failed"
 
 
@@ -102,7 +102,7 @@ def test_the_last_line_of_a_long_log_is_read_from_its_end(jobs_home):
     tmp, home = jobs_home
     body = "for i in $(seq 1 3000); do echo \"step $i of a long log\"; done\necho 'done: loss 0.01'\nexit 0\n"
     path = start(tmp, home, "long", body)
-    wait_for(lambda: jobs.status(path)["state"] in JobState.ENDED)
+    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
     assert os.path.getsize(os.path.join(path, "job.log")) > job_poll.LOG_BYTES
     assert assert_same(home, path, "long")["last_line"] == "done: loss 0.01"
 
