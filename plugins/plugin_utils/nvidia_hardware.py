@@ -53,9 +53,14 @@ NVLSM_MAX_CAPABILITY = (10, 9)
 TOOLKIT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[int, int], tuple[int, int]], ...] = (
     # (first CUDA version, lowest capability, highest capability)
     ((13, 0), (7, 5), (12, 1)),
+    ((12, 9), (5, 0), (12, 1)),
     ((12, 8), (5, 0), (12, 0)),
     ((12, 0), (5, 0), (9, 0)),
 )
+# Capabilities inside a release's range that arrived later than the range's first release: CUDA 12.9 "adds compiler
+# target support for SM architecture 10.3 (sm_103 ...) and 12.1 (sm_121)" (CUDA Features Archive 12.9.1, "CUDA 12.9
+# Features"), so CUDA 12.8, whose range reaches 12.0, builds nothing for a B300 (10.3).
+CAPABILITY_FIRST_TOOLKIT: dict[tuple[int, int], tuple[int, int]] = {(10, 3): (12, 9), (12, 1): (12, 9)}
 # Built when no GPU's capability is known (a build host, or IDs outside the table): nccl-tests' own defaults.
 DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[tuple[int, int], ...]], ...] = (
     ((13, 0), ((7, 5), (8, 0), (9, 0), (10, 0), (12, 0))),
@@ -155,6 +160,11 @@ def nvcc_gencode(cuda: object, gpu_devices: Iterable[object], host: str = "this 
     lowest, highest = _for_toolkit(TOOLKIT_CAPABILITIES, version)
     found = sorted({m["capability"] for m in map(gpu_model, gpu_devices) if m["capability"]})
     for capability in found:
+        first = CAPABILITY_FIRST_TOOLKIT.get(capability, (0, 0))
+        if version < first:
+            raise StackError(
+                "%s: CUDA %d.%d builds no code for compute capability %d.%d (the node's GPUs), which CUDA %d.%d added; "
+                "set cuda_toolkit_version to %d.%d or later" % ((host,) + version + capability + first + first))
         if not lowest <= capability <= highest:
             raise StackError(
                 "%s: CUDA %d.%d builds no code for compute capability %d.%d (the node's GPUs); set "

@@ -65,6 +65,16 @@ def test_gencode_refuses_a_gpu_the_toolkit_cannot_build_for():
         hw.nvcc_gencode("12.4", [B200])
 
 
+def test_gencode_refuses_a_b300_below_cuda_12_9_which_added_sm_103():
+    """CUDA 12.8's range reaches 12.0, yet sm_103 (B300, device 0x3182) arrived in 12.9 (CUDA 12.9 features)."""
+    with pytest.raises(StackError, match=r"node4: CUDA 12\.8 builds no code for compute capability 10\.3 \(the node's "
+                                         r"GPUs\), which CUDA 12\.9 added; set cuda_toolkit_version to 12\.9 or later"):
+        hw.nvcc_gencode("12.8", ["0x3182"], host="node4")
+    assert hw.nvcc_gencode("12.9", ["0x3182"]) == (
+        "-gencode=arch=compute_103,code=sm_103 -gencode=arch=compute_103,code=compute_103")
+    assert "sm_103" in hw.nvcc_gencode("13.0", ["0x3182", B200])
+
+
 def test_the_device_id_blocks_do_not_overlap():
     blocks = sorted(hw.COMPUTE_CAPABILITY_BY_DEVICE_ID)
     for (first, last, _c, chip), (next_first, _l, _n, next_chip) in zip(blocks, blocks[1:]):
