@@ -14,6 +14,7 @@ ACTIONS = [
     ("job_wait", ["progress"], {"job": "j", "gang_dir": "/tmp/g"}),
     ("job_report", ["show_job", "fail_on_error"], {"job": "j", "results": []}),
     ("job_plan", ["script_on_nodes", "wait"], {"script": "train.py"}),
+    ("job_nodes", ["force"], {"plan": {"hosts": []}}),
 ]
 REQUIRED = {name: required for name, _, required in ACTIONS}
 REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}})

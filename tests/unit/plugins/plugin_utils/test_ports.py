@@ -1,6 +1,12 @@
 """The port decision of a launch (given, kept from the running job, or free), as the job role takes it."""
 
-from ansible_collections.gpufleet.cluster.plugins.filter.job_ports import job_ports
+from unittest import mock
+
+from ansible.playbook.task import Task
+
+from ansible_collections.gpufleet.cluster.plugins.action.job_nodes import ActionModule
+from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.ports import job_ports as decide
 
 FREE = {"free_port": 41000, "free_ports": [41001, 41002], "job": {"running": False}}
@@ -30,7 +36,15 @@ def test_a_running_job_without_relaunch_ports_gets_free_ones():
     assert decide(None, probe, False) == {"master_port": 29500, "restart_ports": [41001, 41002]}
 
 
-def test_the_filter_reads_force_as_the_role_passes_it():
+def job_ports(given, probe, force):
+    """The decision with force read as the role passes it to the job_nodes action (a word), then validated."""
+    task = Task()
+    task.args = {"plan": {"hosts": []}, "force": force}
+    action = ActionModule(task, mock.Mock(), mock.Mock(), loader=None, templar=None, shared_loader_obj=None)
+    return decide(given, probe, action_args.validated(action, job_nodes.DOCUMENTATION)["force"])
+
+
+def test_the_action_reads_force_as_the_role_passes_it():
     assert job_ports(None, RUNNING, "true")["master_port"] == 41000
     assert job_ports(None, RUNNING, "false")["master_port"] == 29500
 

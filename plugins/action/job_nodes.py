@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.job_nodes: decide, from every node's probe, what each node runs (plugin_utils/node_plan.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, node_plan
+
+# The registered result of gpufleet.cluster.node_probe on each node (roles/job/tasks/train/preflight.yml).
+PROBE_VARIABLE = "__job_probe"
+
+
+class ActionModule(ActionBase):
+    """Reads every node's probe from its host variables and returns what they decide; changes nothing."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = action_args.validated(self, documentation.DOCUMENTATION)
+        plan = args["plan"]
+        hostvars = task_vars["hostvars"]
+        probes: dict[str, dict] = {}
+        gpus: dict[str, Any] = {}
+        for host in plan["hosts"]:
+            found = hostvars[host]
+            probe = found.get(PROBE_VARIABLE)
+            if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):
+                probes[host] = dict(self._templar.template(probe))
+            gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
+        settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),
+                                          gpus=gpus)
+        decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
+        result.update(changed=False, decided=decided.as_dict())
+        return result

@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The second half of a job's plan: what every node's probe decides, once, on the controller.
+
+plugins/plugin_utils/plan.py (through the job_plan action) decides what the inventory and the inputs alone decide:
+the nodes in rank order, the master, the launcher, the scheduler, the image. Then gpufleet.cluster.node_probe runs
+on every node, read-only, and this module reads all the probes together and decides the rest (the job_nodes
+action is its thin wrapper): each node's problem, if any, in the order the role reports them; the nodes where the
+job is still running, and the refusal unless force=true; each node's number of ranks, the world size and the
+slots; the rendezvous and relaunch ports (plugin_utils/ports.py); and, under Slurm, what to ask of Slurm's nodes
+(plugin_utils/slurm_batch.py). The role asserts what this returns and hands each node its part; it computes
+nothing across hosts itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What the node problems are read against: the training Python and the container engine as the user named
+    them (job_python, job_container_engine), and each host's gpufleet_gpus (None where unset)."""
+
+    python: str
+    container_engine: str
+    gpus: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NodeDecisions:
+    """What the probes decided. ``problems`` maps a host to its first problem; ``refusal`` is the job-wide one (the
+    job still running unless force=true, else under Slurm what Slurm cannot run as asked), or ''."""
+
+    problems: dict[str, str]
+    running_hosts: list[str]
+    refusal: str
+    nproc: dict[str, int]
+    slots: list[int]
+    world_size: int
+    master_port: int
+    restart_ports: list[int]
+    check_ports: bool
+    slurm: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _probe_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str, Any],
+                   settings: NodeSettings) -> str:
+    """The first problem of the node's own setup (engine, Python and torch, interface, launcher), or ''."""
+    container = plan.get("container")
+    python = dict(probe.get("python") or {})
+    if container and (probe.get("container") or {}).get("error"):
+        return "%s: container_engine=%s: %s" % (host, settings.container_engine, probe["container"]["error"])
+    # With a container image the training Python is the image's: train/image.yml checks it there.
+    if not container and not python.get("found"):
+        error = str(python.get("error") or "")
+        return ("%s: gpufleet_python=%s was not found or does not run on the node%s"
+                % (host, settings.python, " " + error if error else ""))
+    # Every launcher but none starts torch.distributed.
+    if not (container or python.get("torch") or plan.get("launcher") == "none"):
+        return ("%s: gpufleet_python=%s (%s) cannot import torch; install it there or point gpufleet_python at a "
+                "Python that has it" % (host, settings.python, python.get("path")))
+    env_names = list((plan.get("env") or {}).keys()) + list(probe.get("env_file_names") or [])
+    hostname_address = str(probe.get("hostname_address") or "")
+    # Gloo and NCCL must not advertise the loopback address the hostname resolves to.
+    if not (probe.get("iface") or not hostname_address.startswith("127.") or ip.startswith("127.")
+            or "GLOO_SOCKET_IFNAME" in env_names):
+        return ("%s: its hostname resolves to %s and no interface of the node holds its cluster address %s, so Gloo "
+                "and NCCL would advertise a loopback address; run playbooks/provision.yml --tags etc_hosts,nccl_env, "
+                "or set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME in gpufleet_env" % (host, hostname_address, ip))
+    if not container and probe.get("launcher_missing"):
+        return "%s: launcher=%s %s" % (host, plan.get("launcher"), probe["launcher_missing"])
+    return ""
+
+
+def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str, Any],
+                 settings: NodeSettings) -> str:
+    """The node's first problem, in the order the role has always reported them, or ''."""
+    problem = _probe_problem(host, ip, probe, plan, settings)
+    if problem:
+        return problem
+    asked = plan.get("nproc_per_node")
+    gpu_count = int(probe.get("gpu_count") or 0)
+    if asked is not None and gpu_count and int(asked) > gpu_count:
+        return ("%s: nproc_per_node=%s is more than the %d GPUs nvidia-smi lists on the node"
+                % (host, asked, gpu_count))
+    if probe.get("port_in_use") and not (probe.get("job") or {}).get("running"):
+        return ("%s: master_port=%s is already in use on the master node; omit master_port to have a free port "
+                "chosen, or name another" % (host, plan.get("master_port")))
+    return ""
+
+
+def node_nproc(host: str, probe: Mapping[str, Any], plan: Mapping[str, Any], gpus: Any) -> int:
+    """The node's number of ranks: nproc_per_node, else its gpufleet_gpus, else the GPUs its probe found (one
+    at least, for a node without GPUs). A gpufleet_gpus that is not a whole number is refused naming the host."""
+    if plan.get("nproc_per_node"):
+        return int(plan["nproc_per_node"])
+    if gpus not in (None, ""):
+        try:
+            settled = int(gpus)
+        except (TypeError, ValueError):
+            raise ValueError("%s: gpufleet_gpus=%r is not a whole number of GPUs" % (host, gpus)) from None
+        if settled > 0:
+            return settled
+    return max(int(probe.get("gpu_count") or 0), 1)
+
+
+def running_refusal(job: str, running_hosts: list[str]) -> str:
+    """The refusal to launch a job name still running (force=true stops it first)."""
+    return ("job %s is still running on %s; stop it with playbooks/stop.yml -e job=%s, or launch again with "
+            "-e force=true, which stops only that job first" % (job, ", ".join(running_hosts), job))
+
+
+def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], settings: NodeSettings, force: bool,
+           slurm_answer: Mapping[str, Any] | None = None) -> NodeDecisions:
+    """Everything the probes decide, from the plan (job_plan's) and every node's probe by host. A host without a
+    probe (it failed before) is left out of the job-wide sets; ``slurm_answer`` is scontrol's answer on the master
+    under scheduler=slurm (the command task's result), else None."""
+    problems: dict[str, str] = {}
+    nproc: dict[str, int] = {}
+    for node in plan["nodes"]:
+        host = node["host"]
+        probe = probes.get(host)
+        if probe is None:
+            continue
+        problem = node_problem(host, node["ip"], probe, plan, settings)
+        try:
+            nproc[host] = node_nproc(host, probe, plan, settings.gpus.get(host))
+        except ValueError as exc:
+            problem = problem or str(exc)
+        if problem:
+            problems[host] = problem
+    running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
+    refusal = running_refusal(plan["job"], running) if running and not force else ""
+    slots = [nproc.get(host, 0) for host in plan["hosts"]]
+    slurm = plan.get("scheduler") == "slurm"
+    chosen = ports.job_ports(plan.get("master_port"), probes.get(plan["master_host"]) or {}, force)
+    allocation = None
+    if slurm and slurm_answer is not None and not problems and len(nproc) == len(plan["hosts"]):
+        allocation = slurm_batch.allocation(
+            slurm_answer, [{"host": node["host"], "ip": node["ip"], "ranks": nproc[node["host"]],
+                            "gpus": probes[node["host"]].get("gpu_count"), "jobs_dir": probes[node["host"]].get("jobs_dir")}
+                           for node in plan["nodes"]],
+            plan.get("gpus_per_node"), plan["master_host"])
+    if slurm and not refusal and not problems:
+        # What Slurm cannot run as asked is refused job-wide too, after a job still running.
+        refusal = allocation["problem"] if allocation else "scheduler=slurm: Slurm's node table was not read"
+    return NodeDecisions(
+        problems=problems, running_hosts=running, refusal=refusal, nproc=nproc, slots=slots, world_size=sum(slots),
+        # Under Slurm the ports are chosen on node 0 when Slurm starts the job (0: not given; slurm_batch.py).
+        master_port=int(plan.get("master_port") or 0) if slurm else int(chosen["master_port"] or 0),
+        restart_ports=[] if slurm else [int(port) for port in chosen["restart_ports"]],
+        check_ports=not slurm and int(plan.get("nnodes") or 0) > 1 and not running,
+        slurm=allocation)
