@@ -189,6 +189,21 @@ def remove_container(spec: dict) -> None:
     _run_engine(remove_argv(str(spec["container_engine"]), container_of(spec)))
 
 
+def end_attempt_container(spec: dict, engine_stop: subprocess.Popen | None) -> None:
+    """After an attempt's engine client is gone: the container, if anything of it is left, is removed through the
+    engine, and a stop begun through the engine is waited for (killed when the engine does not answer, which must
+    not hold the supervisor). Nothing without a container image."""
+    if not spec.get("container_engine"):
+        return
+    remove_container(spec)
+    if engine_stop is not None:
+        try:
+            engine_stop.wait(ENGINE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            engine_stop.kill()
+            engine_stop.wait()
+
+
 def container_leftovers(spec: dict, job_dir: str) -> list[str]:
     """IDs of the containers of this job folder (any run) that the engine still has."""
     if not spec.get("container_engine"):

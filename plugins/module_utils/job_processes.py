@@ -196,3 +196,64 @@ def _set_parent_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+class RankWatch:
+    """The run's ranks, each watched with a pidfd (Linux 5.3+) that becomes readable the moment it exits; the
+    ranks' own children (DataLoader workers, compilers), which end in the normal course of training, are not
+    watched. ``first_exit_at`` is when the first of them (or the launcher) ended: when this node's part began to
+    end."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.watched: dict[int, int | None] = {}
+        self.rank_children: set[int] = set()
+        self.first_exit_at: float | None = None
+        self.next_scan = 0.0
+        self.started = time.monotonic()
+
+    def begin(self, now: float) -> None:
+        """A new attempt: nothing of it has ended yet."""
+        self.first_exit_at, self.next_scan, self.started = None, 0.0, now
+        self.rank_children.clear()
+
+    def scan(self) -> None:
+        """Start watching the run's new ranks (often at first, then every few seconds)."""
+        now = time.monotonic()
+        if now < self.next_scan:
+            return
+        self.next_scan = now + (0.5 if now - self.started < 30 else 5.0)
+        for pid in run_processes(self.token):
+            if pid in self.watched or pid in self.rank_children:
+                continue
+            if not proc_is_rank_itself(pid):
+                # A rank's child stays one; anything else (the launcher, a rank not yet exec'd) is looked at again.
+                if proc_is_rank(pid):
+                    self.rank_children.add(pid)
+                continue
+            try:
+                # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
+                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
+            except OSError:
+                self.watched[pid] = None
+        for pid, fd in list(self.watched.items()):
+            if fd is None and proc_start_ticks(pid) is None:
+                self.exited(pid)  # no pidfd: noticed by polling, to the nearest scan
+
+    def exited(self, pid: int) -> None:
+        """A rank (or the launcher) has ended: the first such moment is when this node's part began to end."""
+        if self.first_exit_at is None:
+            self.first_exit_at = time.time()
+        fd = self.watched.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def fds(self) -> dict[int, int]:
+        """The pidfds to wait on, each with its PID."""
+        return {fd: pid for pid, fd in self.watched.items() if fd is not None}
+
+    def close(self) -> None:
+        for pid in list(self.watched):
+            fd = self.watched.pop(pid)
+            if fd is not None:
+                os.close(fd)

@@ -35,53 +35,49 @@ allocation started (``supervisor.py --pick-ports N`` prints them).
 
 Processes are only ever signalled by PID after checking they carry this run's
 token: never by name or pattern. Standard library only, Python 3.8+.
+
+This file is the loop over attempts and the gang's verdict; one attempt (the launcher's process, a stop's grace
+period and SIGKILL) is attempt.py, the rules of fail-fast (why a node's part stops, how an attempt ended for the
+gang) gang_rules.py, the heartbeats gang.py, the run's processes and ranks job_processes.py.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
-from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
-    ENGINE_TIMEOUT_S,
-    begin_container_stop,
-    container_of,
-    remove_container,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
+from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import container_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
+    attempt_verdict,
+    failure_reason,
+    hang_reason,
+    lost_reason,
+    peer_done,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
-    _set_parent_death_signal,
-    end_run,
-    proc_is_rank,
-    proc_is_rank_itself,
+    RankWatch,
     proc_start_ticks,
     read_json,
-    run_processes,
     run_token,
     signal_name,
-    signal_run,
-    terminate,
     write_json_atomic,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
-    AGENT_LAUNCHERS,
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
-    LAUNCH_FILE,
     LOG_FILE,
     PORTS_VAR,
-    RUN_ID_VAR,
     SINGLE_ENTRY,
     SPEC_FILE,
     STATE_FILE,
     STOP_REQUEST_FILE,
     STOPPED_FOR,
-    TOKEN_VAR,
     Defaults,
     HeartbeatPhase,
     JobState,
@@ -125,17 +121,8 @@ class Supervisor:
         # The log's size when the attempt started: output beyond it is the attempt's own.
         self.attempt_log_size = -1
         self.next_beat = 0.0
-        # The run's ranks, each with a pidfd (Linux 5.3+) that becomes readable the moment it exits; the ranks' own
-        # children (DataLoader workers, compilers), which end in the normal course of training, are not watched.
-        self.watched: dict[int, int | None] = {}
-        self.rank_children: set[int] = set()
-        self.first_exit_at: float | None = None
-        self.next_scan = 0.0
+        self.ranks = RankWatch(self.token)  # the run's ranks, and when the first of them ended
         self.attempt_started = time.monotonic()
-        # While a run stops: when its last rank was first seen gone (an agent launcher is then left alone).
-        self.ranks_gone_at: float | None = None
-        # With a container image: the engine's stop of this attempt's container, while it runs.
-        self.engine_stop: subprocess.Popen | None = None
         self.state: dict = {
             "job": spec.get("job"),
             "run_id": self.run_id,
@@ -156,11 +143,11 @@ class Supervisor:
                               slurm_step_id=os.environ.get("SLURM_STEP_ID"),
                               slurm_node=os.environ.get("SLURMD_NODENAME"))
 
-    def _save(self, **changes: object) -> None:
+    def save(self, **changes: object) -> None:
         self.state.update(changes)
         write_json_atomic(os.path.join(self.job_dir, STATE_FILE), self.state)
 
-    def _log(self, line: str) -> None:
+    def log(self, line: str) -> None:
         with open(os.path.join(self.job_dir, LOG_FILE), "ab") as log:
             log.write(("[gpufleet] %s\n" % line).encode())
 
@@ -196,48 +183,10 @@ class Supervisor:
             STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
         })
 
-    def _watch(self) -> None:
-        """Start watching the run's new ranks (often at first, then every few seconds)."""
-        now = time.monotonic()
-        if now < self.next_scan:
-            return
-        self.next_scan = now + (0.5 if now - self.attempt_started < 30 else 5.0)
-        for pid in run_processes(self.token):
-            if pid in self.watched or pid in self.rank_children:
-                continue
-            if not proc_is_rank_itself(pid):
-                # A rank's child stays one; anything else (the launcher, a rank not yet exec'd) is looked at again.
-                if proc_is_rank(pid):
-                    self.rank_children.add(pid)
-                continue
-            try:
-                # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
-                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
-            except OSError:
-                self.watched[pid] = None
-        for pid, fd in list(self.watched.items()):
-            if fd is None and proc_start_ticks(pid) is None:
-                self._exited(pid)  # no pidfd: noticed by polling, to the nearest scan
-
-    def _exited(self, pid: int) -> None:
-        """A rank (or the launcher) has ended: the first such moment is when this node's part began to end."""
-        if self.first_exit_at is None:
-            self.first_exit_at = time.time()
-        fd = self.watched.pop(pid, None)
-        if fd is not None:
-            os.close(fd)
-
-    def _unwatch(self) -> None:
-        for pid in list(self.watched):
-            fd = self.watched.pop(pid)
-            if fd is not None:
-                os.close(fd)
-
-    def _tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
+    def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
         self._beat(phase)
-        fds = {fd: pid for pid, fd in self.watched.items() if fd is not None}
-        self.gang.receive(timeout_s, extra=fds, on_extra=self._exited)
+        self.gang.receive(timeout_s, extra=self.ranks.fds(), on_extra=self.ranks.exited)
         try:
             size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
         except OSError:
@@ -253,90 +202,44 @@ class Supervisor:
             return now - self.last_output
         return now - self.attempt_started - self.hang_startup_s
 
-    def _stop_decision(self) -> StopReason | None:
+    def stop_decision(self) -> StopReason | None:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
         gang's reason."""
         if self.stop_reason is not None:
             return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for)
         return self._gang_stop_reason()
 
-    def _begin_stop(self, stop: StopReason) -> None:
-        self.ranks_gone_at = None
-        self._save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
-        self._log(stop.reason)
+    def begin_stop(self, stop: StopReason) -> None:
+        self.save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
+        self.log(stop.reason)
 
     def _gang_stop_reason(self) -> StopReason | None:
-        """Why this node's part must stop because of the gang (another node failed or was lost, or every node's log
-        has been silent for hang_timeout_s), else None."""
-        failure = gang_failure(self.gang, self.attempt)
+        """Why this node's part must stop because of the gang (gang_rules.py: another node failed or was lost, or
+        every node's log has been silent for hang_timeout_s), else None."""
+        failure = failure_reason(self.gang, self.attempt)
         if failure is not None:
-            rank, news = failure
-            host = self.gang.host(rank)
-            if news.get("outcome") == JobState.HUNG:  # a hang is the whole job's, not one node's
-                return StopReason(JobState.HUNG, str(news.get("reason")), None)
-            return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
+            return failure
         lost = self.gang.lost()
         if lost:
             self._note_lost(lost)
-            return self._lost_reason(lost)
+            return lost_reason(self.gang, lost)
         if self.hang_timeout_s:
             silences = [self._silence_s()] + [self.gang.silence_s(rank) for rank in self.gang.peers()]
-            if all(s is not None and s >= self.hang_timeout_s for s in silences):
-                return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
-                                  % (min(s for s in silences if s is not None), self.hang_timeout_s), None)
+            return hang_reason(silences, self.hang_timeout_s)
         return None
-
-    def _lost_reason(self, lost: list[int]) -> StopReason:
-        """Why this node stops for lost peers: those never heard since the join (a port the firewall drops, a node
-        that never started) are named with the UDP port and the wait; else the first that fell silent, and for how
-        long."""
-        gang = self.gang
-        if not isinstance(gang, Gang):  # a lone node has no peers to lose
-            raise TypeError("no gang to have lost a peer of")
-        never = gang.never_heard(lost)
-        if never:
-            host = gang.host(never[0])
-            return StopReason(JobState.STOPPED, "stopped by gpufleet: no heartbeat from %s arrived at this node's UDP "
-                              "port %d in the %.1f s it waited (join_timeout_s=%g): the UDP port must be open "
-                              "between every pair of nodes, and each of those nodes' supervisor started"
-                              % (", ".join("%s (node_rank %d)" % (gang.host(rank), rank) for rank in never),
-                                 gang.port, gang.waited_s(), gang.join_timeout_s), host)
-        host = gang.host(lost[0])
-        return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s "
-                          "(UDP port %d)" % (host, lost[0], gang.silent_s(lost[0]), gang.port), host)
 
     def _note_lost(self, ranks: list[int]) -> None:
         """Record when each lost peer was last heard (wall clock): the report orders failures by it."""
         lost = dict(self.state.get("peers_lost") or {})
         for rank in ranks:
             lost.setdefault(self.gang.host(rank), round(self.gang.last_heard_wall(rank), 3))
-        self._save(peers_lost=lost)
+        self.save(peers_lost=lost)
 
-    # -- one attempt --------------------------------------------------------------------------------------------
+    # -- one attempt (attempt.py runs it) -----------------------------------------------------------------------
 
-    def _start(self, port: int) -> subprocess.Popen:
-        env = dict(os.environ)
-        env[RUN_ID_VAR] = self.run_id
-        env[TOKEN_VAR] = self.token
-        env["GPUFLEET_MASTER_PORT"] = str(port)
-        env["GPUFLEET_ATTEMPT"] = str(self.attempt)
-        with open(os.path.join(self.job_dir, LOG_FILE), "ab", buffering=0) as log:
-            return subprocess.Popen(  # pylint: disable=consider-using-with
-                ["/bin/bash", os.path.join(self.job_dir, LAUNCH_FILE)],
-                cwd=self.job_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_set_parent_death_signal,  # pylint: disable=subprocess-popen-preexec-fn
-                close_fds=True,
-            )
-
-    def _begin_attempt(self) -> None:
+    def begin_attempt(self) -> None:
         self.last_output = self.attempt_started = time.monotonic()
-        self.first_exit_at, self.next_scan = None, 0.0
-        self.rank_children.clear()
+        self.ranks.begin(self.attempt_started)
         try:
             self.log_size = self.attempt_log_size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
         except OSError:
@@ -345,140 +248,6 @@ class Supervisor:
     def _follower(self) -> bool:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
         return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and bool(self.gang.peers())
-
-    def _follow_attempt(self, port: int) -> dict:
-        """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
-        self._begin_attempt()
-        self._save(state=JobState.RUNNING, pid=os.getpid(), follower=True, attempt=self.attempt, master_port=port)
-        self._log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
-                  % (self.spec["node_rank"], self.spec.get("launcher")))
-        gang = self.gang
-        leader: dict = {}
-        stopping: StopReason | None = None
-        while True:
-            self._watch()
-            self._tick(HeartbeatPhase.RUNNING)
-            leader = gang.news.get(0) or {}
-            if leader.get("attempt") == self.attempt and leader.get("phase") == HeartbeatPhase.ENDED or leader.get("final"):
-                break
-            stopping = self._stop_decision()
-            if stopping is not None:
-                self._begin_stop(stopping)
-                break
-        # Whatever of the run is still on this node is ended: node 0's launcher is done with it, or it must stop.
-        self._unwatch()
-        end_run(self.token, self.grace_s)
-        outcome = {"attempt": self.attempt, "master_port": port, "ended_at": time.time(),
-                   "first_exit_at": self.first_exit_at, "exit_code": 0, "signal": None, "outcome": JobState.SUCCEEDED}
-        if stopping is not None:
-            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for,
-                           exit_code=1)
-        elif leader.get("outcome") != JobState.SUCCEEDED:
-            reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
-            outcome.update(outcome=JobState.STOPPED, reason=reason, stopped_for=gang.host(0), exit_code=1)
-        return outcome
-
-    def _run_attempt(self, port: int) -> dict:
-        """Run the launch script once; return this node's outcome of the attempt."""
-        self._begin_attempt()
-        child = self._start(port)
-        self._save(state=JobState.RUNNING, pid=child.pid, pgid=child.pid, attempt=self.attempt, master_port=port)
-        stopping: StopReason | None = None
-        stopping_since = 0.0
-        stop_decided_at = float("inf")
-        terminated = killed = False
-        while child.poll() is None:
-            self._watch()
-            self._tick(HeartbeatPhase.RUNNING)
-            if stopping is None:
-                stopping = self._stop_decision()
-                if stopping is not None:
-                    stopping_since, stop_decided_at = time.monotonic(), time.time()
-                    self._begin_stop(stopping)
-                    if not self._ending_on_its_own(stopping):
-                        self._terminate()
-                        terminated = True
-            elif not terminated:
-                if time.monotonic() - stopping_since > self.grace_s:
-                    self._terminate()  # the launcher had its grace to end on its own; the usual stop from here
-                    terminated, stopping_since = True, time.monotonic()
-            elif not killed and self._grace_over(stopping_since):
-                signal_run(self.token, signal.SIGKILL)
-                killed = True
-        returncode = child.returncode
-        if self.first_exit_at is None or child.pid in self.watched:
-            self._exited(child.pid)
-        self._unwatch()
-        if self.spec.get("container_engine"):
-            # The engine's client is gone; the container, if anything of it is left, goes through the engine.
-            remove_container(self.spec)
-            if self.engine_stop is not None:
-                try:
-                    self.engine_stop.wait(ENGINE_TIMEOUT_S)
-                except subprocess.TimeoutExpired:  # an engine that does not answer must not hold the supervisor
-                    self.engine_stop.kill()
-                    self.engine_stop.wait()
-                self.engine_stop = None
-        # The launcher is gone; whatever of the run outlived it is ended now.
-        end_run(self.token, min(self.grace_s, 5.0))
-        outcome = {
-            "attempt": self.attempt,
-            "master_port": port,
-            "exit_code": returncode if returncode >= 0 else 128 - returncode,
-            "signal": signal_name(-returncode) if returncode < 0 else None,
-            "ended_at": time.time(),
-            "first_exit_at": self.first_exit_at,
-            "outcome": JobState.SUCCEEDED if returncode == 0 else JobState.FAILED,
-        }
-        if stopping is not None and self._failed_before(stopping, returncode, stop_decided_at):
-            outcome["rank_ended_first"] = True  # the launcher's own end came after the stop: not what failed
-        elif stopping is not None:
-            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
-        return outcome
-
-    def _ending_on_its_own(self, stopping: StopReason) -> bool:
-        """Whether the gang's news came while this node's launcher was already ending its part on its own, a rank
-        of it having ended: it is left its grace period to finish (torchrun ends the node's other ranks, then
-        prints which rank failed first and how, which a SIGTERM would cut short)."""
-        return stopping.stopped_for is not None and self.first_exit_at is not None
-
-    def _failed_before(self, stopping: StopReason, returncode: int, stop_decided_at: float) -> bool:
-        """Whether this node's part was failing on its own before the gang's news stopped it: a rank of it had
-        ended before the news came, and its launcher ended in failure. The news then only raced this node's own
-        (a rank dies; a rank on another node fails in a collective a moment later, and its launcher, with no
-        other rank to end, reports first): this node failed, and which failure came first is the report's to
-        decide, by time. A stop the user asked for, or a hang, stays what it is."""
-        return (stopping.stopped_for is not None and returncode != 0 and self.first_exit_at is not None
-                and self.first_exit_at < stop_decided_at)
-
-    def _terminate(self) -> None:
-        """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes
-        it on, SIGKILL after the grace period), or SIGTERM to the run's processes."""
-        if self.spec.get("container_engine"):
-            self.engine_stop = begin_container_stop(self.spec)
-            if self.engine_stop is not None:
-                return
-        terminate(self.token)
-
-    def _grace_over(self, stopping_since: float) -> bool:
-        """Whether what is left of a stopping run is SIGKILLed now: at the end of the grace period, or, with an
-        agent launcher, AGENT_GRACE_S after its last rank ended (the ranks had their grace to save their work)."""
-        now = time.monotonic()
-        if now - stopping_since > self.grace_s:
-            return True
-        launcher = str(self.spec.get("launcher") or "torchrun")
-        if launcher not in AGENT_LAUNCHERS:
-            return False
-        if any(proc_is_rank(pid) for pid in run_processes(self.token)):
-            self.ranks_gone_at = None
-            return False
-        if self.ranks_gone_at is None:
-            self.ranks_gone_at = now
-        if now - self.ranks_gone_at < Defaults.AGENT_GRACE_S:
-            return False
-        self._log("every rank has ended; %s was still running %.0f s later: ended with SIGKILL"
-                  % (launcher, Defaults.AGENT_GRACE_S))
-        return True
 
     def _await_peers(self) -> str:
         """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang.
@@ -493,37 +262,24 @@ class Supervisor:
             # with no restart left (or was stopped) has told the others, and this node is done.
             final = self.outcome.get("outcome") != JobState.SUCCEEDED and not self._may_restart()
             if not final:
-                self._save(phase="this node's part has ended; waiting for the other nodes")
+                self.save(phase="this node's part has ended; waiting for the other nodes")
             while self.stop_reason is None and not final:
-                pending = [rank for rank in self.gang.peers() if not self._peer_done(rank)]
+                pending = [rank for rank in self.gang.peers()
+                           if not peer_done(self.gang.news.get(rank) or {}, self.attempt)]
                 if not pending:
                     break
                 lost = [rank for rank in pending if rank in self.gang.lost()]
                 if lost:
                     self._note_lost(lost)
                     return JobState.LOST
-                self._tick(HeartbeatPhase.ENDED)
+                self.tick(HeartbeatPhase.ENDED)
             for rank in self.gang.peers():
                 news = self.gang.news.get(rank) or {}
                 parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED})
-        if all(part.get("outcome") == JobState.SUCCEEDED for part in parts):
-            return JobState.SUCCEEDED
-        if self.stop_reason is not None or any(
-            part.get("outcome") == JobState.HUNG or (part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR))
-            for part in parts
-        ):
-            return JobState.STOPPED
-        return JobState.FAILED
+        return attempt_verdict(parts, self.stop_reason is not None)
 
     def _may_restart(self) -> bool:
         return self.attempt <= self.max_restarts and self.stop_reason is None
-
-    def _peer_done(self, rank: int) -> bool:
-        """Whether peer rank's part of this attempt has ended (or it has moved on, or ended for good)."""
-        news = self.gang.news.get(rank) or {}
-        if news.get("final") or news.get("attempt", 0) > self.attempt:
-            return True
-        return news.get("attempt") == self.attempt and news.get("phase") == HeartbeatPhase.ENDED
 
     # -- the whole run ------------------------------------------------------------------------------------------
 
@@ -537,28 +293,29 @@ class Supervisor:
         except OSError as exc:
             self.outcome = {"outcome": JobState.FAILED, "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
             self._write_exit_code(1)
-            self._save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
+            self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
             return 1
-        self._save()
+        self.save()
         while True:
             port = self.ports[self.attempt - 1]
             if self.attempt > 1:
-                self._log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
-            self.outcome = self._follow_attempt(port) if self._follower() else self._run_attempt(port)
+                self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
+            attempt = Attempt(self, port)
+            self.outcome = attempt.follow() if self._follower() else attempt.run()
             self.state["attempts"].append(self.outcome)
             gang = self._await_peers()
             retry = gang == JobState.FAILED and self._may_restart()
             if not retry:
                 break
             self.attempt += 1
-            self._save(state=JobState.RESTARTING, attempt=self.attempt)
+            self.save(state=JobState.RESTARTING, attempt=self.attempt)
         return self._finish(gang)
 
     def _finish(self, gang: str) -> int:
         self.state.pop("phase", None)
         # exit_code first: whoever sees the final state in state.json finds exit_code there too.
         self._write_exit_code(self.outcome["exit_code"])
-        self._save(
+        self.save(
             state=self.outcome["outcome"],
             exit_code=self.outcome["exit_code"],
             signal=self.outcome.get("signal"),

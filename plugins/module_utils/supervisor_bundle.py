@@ -4,8 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The supervisor as it is shipped to the nodes: one file, standard library only, Python 3.8+.
 
-Its parts are read and tested as modules of their own (job_states, job_processes, free_ports, gang,
-supervisor); the launch writes them into the job folder as one file, in that order, with the imports between them
+Its parts are read and tested as modules of their own (job_states, job_processes, free_ports, containers, gang,
+gang_rules, attempt, supervisor); the launch writes them into the job folder as one file, in that order, with the imports between them
 removed, so that the node runs it with its own python3 and nothing of the collection installed (``python3 supervisor.py JOB_DIR``).
 One file rather than a zipapp: a person reading a job folder finds the code that runs it in plain text.
 """
@@ -19,12 +19,14 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     containers,
     free_ports,
     gang,
+    attempt,
+    gang_rules,
     job_processes,
     job_states,
     supervisor,
 )
 
-PARTS = (job_states, job_processes, free_ports, containers, gang, supervisor)
+PARTS = (job_states, job_processes, free_ports, containers, gang, gang_rules, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

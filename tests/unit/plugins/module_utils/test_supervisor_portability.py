@@ -1,6 +1,6 @@
 """The supervisor is shipped to the nodes as one file (supervisor_bundle.shipped_source: job_states, job_processes,
-gang and supervisor) and runs there on the node's python3: standard library only, Python 3.8 syntax and calls.
-These tests fail when it stops being so."""
+free_ports, containers, gang, gang_rules, attempt and supervisor) and runs there on the node's python3: standard
+library only, Python 3.8 syntax and calls. These tests fail when it stops being so."""
 
 import ast
 import os
@@ -70,4 +70,4 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
                             cwd=tmp_path, check=True).stdout.strip().split(",")
     assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
     assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
-        "job_states", "job_processes", "free_ports", "containers", "gang", "supervisor"]
+        "job_states", "job_processes", "free_ports", "containers", "gang", "gang_rules", "attempt", "supervisor"]

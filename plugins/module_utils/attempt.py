@@ -1,0 +1,224 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""One attempt of a node's part of a job: run the launch script once (or, for a node whose ranks node 0's single
+entry command starts, follow node 0's part), stop it when the supervisor decides so, and say how it ended.
+
+The supervisor (supervisor.py) runs one Attempt per try and decides between them (restarts, the gang's verdict);
+the attempt owns what lives only while it runs: the launcher's process, the stop in progress (grace period,
+SIGKILL, the container's stop through the engine). Processes are only ever signalled through the run's token.
+Shipped to the nodes as part of the supervisor; standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Protocol
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
+    begin_container_stop,
+    end_attempt_container,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import ending_on_its_own, failed_before
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+    RankWatch,
+    _set_parent_death_signal,
+    end_run,
+    proc_is_rank,
+    run_processes,
+    signal_name,
+    signal_run,
+    terminate,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    AGENT_LAUNCHERS,
+    LAUNCH_FILE,
+    LOG_FILE,
+    RUN_ID_VAR,
+    TOKEN_VAR,
+    Defaults,
+    HeartbeatPhase,
+    JobState,
+    StopReason,
+)
+
+
+class AttemptHost(Protocol):
+    """What an attempt uses of its node's supervisor."""
+
+    spec: dict
+    job_dir: str
+    run_id: str
+    token: str
+    grace_s: float
+    attempt: int
+    gang: Gang | LoneNode
+    ranks: RankWatch
+
+    def save(self, **changes: object) -> None: ...
+
+    def log(self, line: str) -> None: ...
+
+    def begin_attempt(self) -> None: ...
+
+    def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None: ...
+
+    def stop_decision(self) -> StopReason | None: ...
+
+    def begin_stop(self, stop: StopReason) -> None: ...
+
+
+class Attempt:
+    """One try of this node's part, on one master port."""
+
+    def __init__(self, node: AttemptHost, port: int) -> None:
+        self.node = node
+        self.port = port
+        # With a container image: the engine's stop of this attempt's container, while it runs.
+        self.engine_stop: subprocess.Popen | None = None
+        # While the run stops: when its last rank was first seen gone (an agent launcher is then left alone).
+        self.ranks_gone_at: float | None = None
+
+    def _start(self) -> subprocess.Popen:
+        node = self.node
+        env = dict(os.environ)
+        env[RUN_ID_VAR] = node.run_id
+        env[TOKEN_VAR] = node.token
+        env["GPUFLEET_MASTER_PORT"] = str(self.port)
+        env["GPUFLEET_ATTEMPT"] = str(node.attempt)
+        with open(os.path.join(node.job_dir, LOG_FILE), "ab", buffering=0) as log:
+            return subprocess.Popen(  # pylint: disable=consider-using-with
+                ["/bin/bash", os.path.join(node.job_dir, LAUNCH_FILE)],
+                cwd=node.job_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_set_parent_death_signal,  # pylint: disable=subprocess-popen-preexec-fn
+                close_fds=True,
+            )
+
+    def follow(self) -> dict:
+        """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
+        node = self.node
+        node.begin_attempt()
+        node.save(state=JobState.RUNNING, pid=os.getpid(), follower=True, attempt=node.attempt, master_port=self.port)
+        node.log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
+                 % (node.spec["node_rank"], node.spec.get("launcher")))
+        gang = node.gang
+        leader: dict = {}
+        stopping: StopReason | None = None
+        while True:
+            node.ranks.scan()
+            node.tick(HeartbeatPhase.RUNNING)
+            leader = gang.news.get(0) or {} if isinstance(gang, Gang) else {}
+            if leader.get("attempt") == node.attempt and leader.get("phase") == HeartbeatPhase.ENDED or leader.get("final"):
+                break
+            stopping = node.stop_decision()
+            if stopping is not None:
+                node.begin_stop(stopping)
+                break
+        # Whatever of the run is still on this node is ended: node 0's launcher is done with it, or it must stop.
+        node.ranks.close()
+        end_run(node.token, node.grace_s)
+        outcome = {"attempt": node.attempt, "master_port": self.port, "ended_at": time.time(),
+                   "first_exit_at": node.ranks.first_exit_at, "exit_code": 0, "signal": None,
+                   "outcome": JobState.SUCCEEDED}
+        if stopping is not None:
+            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for,
+                           exit_code=1)
+        elif leader.get("outcome") != JobState.SUCCEEDED:
+            reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
+            outcome.update(outcome=JobState.STOPPED, reason=reason, stopped_for=gang.host(0), exit_code=1)
+        return outcome
+
+    def run(self) -> dict:
+        """Run the launch script once; return this node's outcome of the attempt."""
+        node = self.node
+        node.begin_attempt()
+        child = self._start()
+        node.save(state=JobState.RUNNING, pid=child.pid, pgid=child.pid, attempt=node.attempt, master_port=self.port)
+        stopping: StopReason | None = None
+        stopping_since = 0.0
+        stop_decided_at = float("inf")
+        terminated = killed = False
+        while child.poll() is None:
+            node.ranks.scan()
+            node.tick(HeartbeatPhase.RUNNING)
+            if stopping is None:
+                stopping = node.stop_decision()
+                if stopping is not None:
+                    stopping_since, stop_decided_at = time.monotonic(), time.time()
+                    node.begin_stop(stopping)
+                    if not ending_on_its_own(stopping, node.ranks.first_exit_at):
+                        self._terminate()
+                        terminated = True
+            elif not terminated:
+                if time.monotonic() - stopping_since > node.grace_s:
+                    self._terminate()  # the launcher had its grace to end on its own; the usual stop from here
+                    terminated, stopping_since = True, time.monotonic()
+            elif not killed and self._grace_over(stopping_since):
+                signal_run(node.token, signal.SIGKILL)
+                killed = True
+        return self._ended(child, stopping, stop_decided_at)
+
+    def _ended(self, child: subprocess.Popen, stopping: StopReason | None, stop_decided_at: float) -> dict:
+        """The launcher has exited: end what is left of the run and say how this node's part of it ended."""
+        node = self.node
+        returncode = child.returncode
+        if node.ranks.first_exit_at is None or child.pid in node.ranks.watched:
+            node.ranks.exited(child.pid)
+        node.ranks.close()
+        end_attempt_container(node.spec, self.engine_stop)
+        self.engine_stop = None
+        # The launcher is gone; whatever of the run outlived it is ended now.
+        end_run(node.token, min(node.grace_s, 5.0))
+        outcome = {
+            "attempt": node.attempt,
+            "master_port": self.port,
+            "exit_code": returncode if returncode >= 0 else 128 - returncode,
+            "signal": signal_name(-returncode) if returncode < 0 else None,
+            "ended_at": time.time(),
+            "first_exit_at": node.ranks.first_exit_at,
+            "outcome": JobState.SUCCEEDED if returncode == 0 else JobState.FAILED,
+        }
+        if stopping is not None and failed_before(stopping, returncode, node.ranks.first_exit_at, stop_decided_at):
+            outcome["rank_ended_first"] = True  # the launcher's own end came after the stop: not what failed
+        elif stopping is not None:
+            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
+        return outcome
+
+    def _terminate(self) -> None:
+        """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes
+        it on, SIGKILL after the grace period), or SIGTERM to the run's processes."""
+        if self.node.spec.get("container_engine"):
+            self.engine_stop = begin_container_stop(self.node.spec)
+            if self.engine_stop is not None:
+                return
+        terminate(self.node.token)
+
+    def _grace_over(self, stopping_since: float) -> bool:
+        """Whether what is left of a stopping run is SIGKILLed now: at the end of the grace period, or, with an
+        agent launcher, AGENT_GRACE_S after its last rank ended (the ranks had their grace to save their work)."""
+        now = time.monotonic()
+        if now - stopping_since > self.node.grace_s:
+            return True
+        launcher = str(self.node.spec.get("launcher") or "torchrun")
+        if launcher not in AGENT_LAUNCHERS:
+            return False
+        if any(proc_is_rank(pid) for pid in run_processes(self.node.token)):
+            self.ranks_gone_at = None
+            return False
+        if self.ranks_gone_at is None:
+            self.ranks_gone_at = now
+        if now - self.ranks_gone_at < Defaults.AGENT_GRACE_S:
+            return False
+        self.node.log("every rank has ended; %s was still running %.0f s later: ended with SIGKILL"
+                      % (launcher, Defaults.AGENT_GRACE_S))
+        return True

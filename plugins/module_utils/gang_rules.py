@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The gang's rules: why a node's part stops because of the others, and how an attempt ended for the whole gang.
+
+The one fail-fast authority of a job. Each node's supervisor applies these rules to what it has heard (gang.py
+carries the heartbeats; the supervisor loop acts on the answer): another node's part failed or found the job hung,
+a peer is lost (never heard since the join, or silent for heartbeat_misses beats), or every node's log has been
+silent for hang_timeout_s. Shipped to the nodes as part of the supervisor; standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+    STOPPED_FOR,
+    HeartbeatPhase,
+    JobState,
+    StopReason,
+)
+
+
+def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:
+    """Why this node's part stops because another node's part of the attempt failed, ended or found the job
+    hung (a hang is the whole job's, not one node's), else None."""
+    if not isinstance(gang, Gang):
+        return None
+    failure = gang_failure(gang, attempt)
+    if failure is None:
+        return None
+    rank, news = failure
+    host = gang.host(rank)
+    if news.get("outcome") == JobState.HUNG:
+        return StopReason(JobState.HUNG, str(news.get("reason")), None)
+    return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
+
+
+def lost_reason(gang: Gang | LoneNode, lost: list[int]) -> StopReason:
+    """Why this node stops for lost peers: those never heard since the join (a port the firewall drops, a node
+    that never started) are named with the UDP port and the wait; else the first that fell silent, and for how
+    long."""
+    if not isinstance(gang, Gang):  # a lone node has no peers to lose
+        raise TypeError("no gang to have lost a peer of")
+    never = gang.never_heard(lost)
+    if never:
+        host = gang.host(never[0])
+        return StopReason(JobState.STOPPED, "stopped by gpufleet: no heartbeat from %s arrived at this node's UDP "
+                          "port %d in the %.1f s it waited (join_timeout_s=%g): the UDP port must be open "
+                          "between every pair of nodes, and each of those nodes' supervisor started"
+                          % (", ".join("%s (node_rank %d)" % (gang.host(rank), rank) for rank in never),
+                             gang.port, gang.waited_s(), gang.join_timeout_s), host)
+    host = gang.host(lost[0])
+    return StopReason(JobState.STOPPED, "stopped by gpufleet: %s (node_rank %d) lost: no heartbeat for %.0f s "
+                      "(UDP port %d)" % (host, lost[0], gang.silent_s(lost[0]), gang.port), host)
+
+
+def hang_reason(silences: list[float | None], hang_timeout_s: float) -> StopReason | None:
+    """The job is hung when every node's log (this node's first, then each peer's as its heartbeats say) has been
+    silent for hang_timeout_s; off when hang_timeout_s is 0."""
+    if hang_timeout_s and all(s is not None and s >= hang_timeout_s for s in silences):
+        return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
+                          % (min(s for s in silences if s is not None), hang_timeout_s), None)
+    return None
+
+
+def ending_on_its_own(stopping: StopReason, first_exit_at: float | None) -> bool:
+    """Whether the gang's news came while this node's launcher was already ending its part on its own, a rank
+    of it having ended: it is left its grace period to finish (torchrun ends the node's other ranks, then
+    prints which rank failed first and how, which a SIGTERM would cut short)."""
+    return stopping.stopped_for is not None and first_exit_at is not None
+
+
+def failed_before(stopping: StopReason, returncode: int, first_exit_at: float | None, stop_decided_at: float) -> bool:
+    """Whether this node's part was failing on its own before the gang's news stopped it: a rank of it had
+    ended before the news came, and its launcher ended in failure. The news then only raced this node's own
+    (a rank dies; a rank on another node fails in a collective a moment later, and its launcher, with no
+    other rank to end, reports first): this node failed, and which failure came first is the report's to
+    decide, by time. A stop the user asked for, or a hang, stays what it is."""
+    return (stopping.stopped_for is not None and returncode != 0 and first_exit_at is not None
+            and first_exit_at < stop_decided_at)
+
+
+def peer_done(news: dict, attempt: int) -> bool:
+    """Whether a peer's part of this attempt has ended (or it has moved on, or ended for good), by its news."""
+    if news.get("final") or news.get("attempt", 0) > attempt:
+        return True
+    return news.get("attempt") == attempt and news.get("phase") == HeartbeatPhase.ENDED
+
+
+def attempt_verdict(parts: list[dict], stop_requested: bool) -> str:
+    """How an attempt ended for the gang, from every node's part: 'succeeded' (every part succeeded), 'stopped'
+    (stopped by a user, or hung: no restart) or 'failed' (a part failed: a restart may help)."""
+    if all(part.get("outcome") == JobState.SUCCEEDED for part in parts):
+        return JobState.SUCCEEDED
+    if stop_requested or any(
+        part.get("outcome") == JobState.HUNG or (part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR))
+        for part in parts
+    ):
+        return JobState.STOPPED
+    return JobState.FAILED

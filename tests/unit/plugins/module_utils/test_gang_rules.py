@@ -1,0 +1,62 @@
+"""The gang's rules (module_utils/gang_rules.py) as pure decisions, without sockets or processes; the supervisors
+that apply them on real heartbeats are tested in test_supervisor.py and on the container cluster."""
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gang_rules
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import HeartbeatPhase, JobState, StopReason
+
+PEER_FAILED = StopReason(JobState.STOPPED, "stopped by gpufleet: node1 (node_rank 1) failed with exit code 1", "node1")
+USER_STOP = StopReason(JobState.STOPPED, "stopped by SIGTERM", None)
+
+
+def test_the_job_is_hung_only_when_every_node_has_been_silent_that_long():
+    assert gang_rules.hang_reason([31.0, 40.0, 35.5], 30).outcome == JobState.HUNG
+    assert gang_rules.hang_reason([31.0, 40.0, 35.5], 30).reason == \
+        "hung: no node wrote to its log for 31 s (hang_timeout=30)"
+    assert gang_rules.hang_reason([31.0, 29.9, 35.5], 30) is None  # one node still writes
+    assert gang_rules.hang_reason([31.0, None], 30) is None  # a peer not heard yet says nothing of its log
+    assert gang_rules.hang_reason([1000.0], 0) is None  # hang_timeout=0: the watchdog is off
+
+
+@pytest.mark.parametrize("parts, stop_requested, verdict", [
+    ([{"outcome": "succeeded"}, {"outcome": "succeeded"}], False, JobState.SUCCEEDED),
+    ([{"outcome": "succeeded"}, {"outcome": "failed"}], False, JobState.FAILED),  # a restart may help
+    ([{"outcome": "stopped", "stopped_for": "node1"}, {"outcome": "failed"}], False, JobState.FAILED),
+    ([{"outcome": "stopped"}, {"outcome": "failed"}], False, JobState.STOPPED),  # a user's stop: no restart
+    ([{"outcome": "hung"}, {"outcome": "stopped", "stopped_for": None}], False, JobState.STOPPED),
+    ([{"outcome": "failed"}], True, JobState.STOPPED),
+])
+def test_how_an_attempt_ended_for_the_gang(parts, stop_requested, verdict):
+    assert gang_rules.attempt_verdict(parts, stop_requested) == verdict
+
+
+@pytest.mark.parametrize("news, done", [
+    ({"attempt": 1, "phase": HeartbeatPhase.ENDED}, True),
+    ({"attempt": 1, "phase": HeartbeatPhase.RUNNING}, False),
+    ({"attempt": 2, "phase": HeartbeatPhase.RUNNING}, True),  # it has moved on
+    ({"attempt": 1, "phase": HeartbeatPhase.RUNNING, "final": True}, True),
+    ({}, False),
+])
+def test_a_peer_is_done_with_the_attempt(news, done):
+    assert gang_rules.peer_done(news, 1) is done
+
+
+def test_a_launcher_already_ending_on_its_own_gets_its_grace_but_not_for_a_users_stop():
+    assert gang_rules.ending_on_its_own(PEER_FAILED, first_exit_at=100.0)
+    assert not gang_rules.ending_on_its_own(PEER_FAILED, first_exit_at=None)
+    assert not gang_rules.ending_on_its_own(USER_STOP, first_exit_at=100.0)
+
+
+def test_a_node_that_failed_before_the_news_counts_as_failed():
+    assert gang_rules.failed_before(PEER_FAILED, 1, first_exit_at=100.0, stop_decided_at=100.5)
+    assert not gang_rules.failed_before(PEER_FAILED, 1, first_exit_at=101.0, stop_decided_at=100.5)
+    assert not gang_rules.failed_before(PEER_FAILED, 0, first_exit_at=100.0, stop_decided_at=100.5)
+    assert not gang_rules.failed_before(USER_STOP, 1, first_exit_at=100.0, stop_decided_at=100.5)
+
+
+def test_a_lone_node_has_no_gang_to_fail_or_lose():
+    assert gang_rules.failure_reason(LoneNode(), 1) is None
+    with pytest.raises(TypeError):
+        gang_rules.lost_reason(LoneNode(), [1])
