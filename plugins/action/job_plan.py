@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launchers, schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, container_images, plan
 
@@ -79,12 +79,20 @@ def launcher(value: Any) -> str:
 def scheduler(value: Any, chosen_launcher: str) -> str:
     """The scheduler, or an error listing the ones there are (and the launchers Slurm cannot run)."""
     chosen = value or "ssh"
-    if chosen not in slurm_jobs.SCHEDULERS:
-        raise plan.PlanError("scheduler: %r is not one of %s" % (chosen, ", ".join(slurm_jobs.SCHEDULERS)))
-    problem = slurm_jobs.launcher_problem(chosen_launcher) if chosen == "slurm" else ""
+    if chosen not in schedulers.SCHEDULERS:
+        raise plan.PlanError("scheduler: %r is not one of %s" % (chosen, ", ".join(schedulers.SCHEDULERS)))
+    problem = schedulers.scheduler_of(chosen).launcher_problem(chosen_launcher)
     if problem:
         raise plan.PlanError(problem)
     return str(chosen)
+
+
+def master_probe(master_port: int | None, max_restarts: int, scheduler_name: str) -> dict:
+    """What the master node's probe does about the ports: pick a free master port and the relaunch ports, or
+    check the one given. Nothing where the scheduler's node 0 picks them when it starts the job (Slurm)."""
+    if schedulers.scheduler_of(scheduler_name).picks_ports_at_start:
+        return {"pick_port": False, "extra_ports": 0, "check_port": None}
+    return {"pick_port": master_port is None, "extra_ports": max_restarts, "check_port": master_port}
 
 
 def hang_timeout(value: Any) -> int | None:
@@ -114,6 +122,22 @@ class ActionModule(ActionBase):
         result["changed"] = False
         return result
 
+    def _container(self, args: dict, nodes: list[str], hostvars: dict, launcher_name: str,
+                   scheduler_name: str) -> dict | None:
+        """The container image every node's part runs in (container_images.plan_container), or None; refused
+        for a launcher or scheduler that cannot run in one, or for a node's bad container settings."""
+        container = container_images.plan_container(
+            args.get("container_image"), args.get("container_image_archive"), args.get("container_engine"),
+            args.get("container_pull"))
+        if not container:
+            return None
+        problem = containers.mode_problem(launcher_name, scheduler_name)
+        if problem:
+            raise plan.PlanError(problem)
+        container_images.check_settings(
+            nodes, lambda host, variable: self._templar.template(hostvars[host].get(variable)))
+        return container
+
     def _plan(self, args: dict, task_vars: dict) -> dict:
         group = args.get("group") or plan.NODE_GROUP
         groups = task_vars.get("groups", {})
@@ -137,15 +161,10 @@ class ActionModule(ActionBase):
         plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
         chosen_launcher = launcher(args.get("launcher"))
         chosen_scheduler = scheduler(args.get("scheduler"), chosen_launcher)
-        container = container_images.plan_container(
-            args.get("container_image"), args.get("container_image_archive"), args.get("container_engine"),
-            args.get("container_pull"))
-        problem = containers.mode_problem(chosen_launcher, chosen_scheduler) if container else ""
-        if problem:
-            raise plan.PlanError(problem)
-        if container:
-            container_images.check_settings(
-                nodes, lambda host, variable: self._templar.template(hostvars[host].get(variable)))
+        container = self._container(args, nodes, hostvars, chosen_launcher, chosen_scheduler)
+        master_port = plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535)
+        max_restarts = plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
+                                               minimum=0, maximum=100)
         return {
             "job": job,
             "run_id": run_id,
@@ -154,16 +173,15 @@ class ActionModule(ActionBase):
             "nnodes": len(planned),
             "master_host": planned[0]["host"],
             "master_addr": planned[0]["ip"],
-            "master_port": plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535),
+            "master_port": master_port,
+            "master_probe": master_probe(master_port, max_restarts, chosen_scheduler),
             "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),
             "hang_timeout": hang_timeout(args.get("hang_timeout")),
-            "max_restarts": plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
-                                                    minimum=0, maximum=100),
+            "max_restarts": max_restarts,
             "launcher": chosen_launcher,
             "scheduler": chosen_scheduler,
-            # The container image every node's part runs in (container_images.plan_container), or None.
             "container": container,
             "gpus_per_node": plan.parse_positive_int(args.get("gpus_per_node"), "gpus_per_node", minimum=0,
                                                      maximum=64),

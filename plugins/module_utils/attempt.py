@@ -19,10 +19,6 @@ import subprocess
 import time
 from typing import Protocol
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
-    begin_container_stop,
-    end_attempt_container,
-)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import ending_on_its_own, failed_before
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
@@ -46,6 +42,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     JobState,
     StopReason,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime
 
 
 class AttemptHost(Protocol):
@@ -59,6 +56,7 @@ class AttemptHost(Protocol):
     attempt: int
     gang: Gang | LoneNode
     ranks: RankWatch
+    runtime: HostRuntime
 
     def save(self, **changes: object) -> None: ...
 
@@ -175,7 +173,7 @@ class Attempt:
         if node.ranks.first_exit_at is None or child.pid in node.ranks.watched:
             node.ranks.exited(child.pid)
         node.ranks.close()
-        end_attempt_container(node.spec, self.engine_stop)
+        node.runtime.end_attempt(node.spec, self.engine_stop)
         self.engine_stop = None
         # The launcher is gone; whatever of the run outlived it is ended now.
         end_run(node.token, min(node.grace_s, 5.0))
@@ -197,11 +195,9 @@ class Attempt:
     def _terminate(self) -> None:
         """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes
         it on, SIGKILL after the grace period), or SIGTERM to the run's processes."""
-        if self.node.spec.get("container_engine"):
-            self.engine_stop = begin_container_stop(self.node.spec)
-            if self.engine_stop is not None:
-                return
-        terminate(self.node.token)
+        self.engine_stop = self.node.runtime.begin_stop(self.node.spec)
+        if self.engine_stop is None:
+            terminate(self.node.token)
 
     def _grace_over(self, stopping_since: float) -> bool:
         """Whether what is left of a stopping run is SIGKILLed now: at the end of the grace period, or, with an

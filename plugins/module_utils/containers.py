@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     SINGLE_ENTRY,
     TOKEN_VAR,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
 
 ENGINES = ("docker", "podman")
 LABEL_TOKEN = "gpufleet.run_token"
@@ -71,10 +72,7 @@ def mode_problem(launcher: str, scheduler: str) -> str:
     if launcher in SINGLE_ENTRY:
         return ("launcher=%s does not run inside containers yet (its entry command on node 0 would start the other "
                 "nodes' ranks outside theirs); use torchrun, deepspeed or none with container_image" % launcher)
-    if scheduler == "slurm":
-        return ("container_image with scheduler=slurm is not supported yet; on Slurm, run the image with the site's "
-                "container plugin (e.g. pyxis: srun --container-image), or launch with scheduler=ssh")
-    return ""
+    return scheduler_of(scheduler).container_problem()
 
 
 def container_name(job: str, node_rank: int, run_id: str) -> str:

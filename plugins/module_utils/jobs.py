@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, job_logs, launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers, slurm_jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     end_run,
     read_json,
@@ -50,6 +50,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     stop_request,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,
     render_env_file,
@@ -155,9 +157,8 @@ def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
         launchers.HOSTFILE: launchers.hostfile_text(spec),
         launchers.MANIFEST: launchers.manifest_text(spec),
     }
-    if spec.scheduler == "slurm":
-        # The interpreter running this module runs the supervisor, as with ssh.
-        files[slurm_jobs.TASK_FILE] = slurm_jobs.task_script(path, spec.slurm_node, spec.node_rank, sys.executable)
+    # The interpreter running this module runs the supervisor, whoever starts it.
+    files.update(scheduler_of(spec.scheduler).task_files(path, spec.as_dict(), sys.executable))
     return files
 
 
@@ -203,12 +204,11 @@ def start(
         result.update(pid=None, run_id=run_id, state=JobState.ABSENT)
         return result
     _write_folder(path, spec, run_id, files, supervisor_source, current, script_content, secret_env, gang_key)
-    if spec.scheduler == "slurm":
-        # Slurm's step starts the supervisor (slurm_task.sh), when the job's allocation starts.
-        write_json_atomic(os.path.join(path, STATE_FILE), {
-            "job": spec.job, "run_id": run_id, "node_rank": spec.node_rank, "state": JobState.QUEUED,
-            "slurm_job_id": spec.slurm_job_id, "slurm_node": spec.slurm_node, "queued_at": time.time()})
-        result.update(pid=None, supervisor_pid=None, run_id=run_id, state=JobState.QUEUED)
+    queued = scheduler_of(spec.scheduler).queued_state(spec.as_dict(), run_id)
+    if queued:
+        # The scheduler's step starts the supervisor (Slurm's: slurm_task.sh), when the job's allocation starts.
+        write_json_atomic(os.path.join(path, STATE_FILE), queued)
+        result.update(pid=None, supervisor_pid=None, run_id=run_id, state=queued["state"])
         return result
     state = _start_supervisor(path, start_timeout_s)
     result.update(pid=state.get("pid"), supervisor_pid=state.get("supervisor_pid"), run_id=run_id, state=state["state"])
@@ -320,7 +320,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     token = run_token(spec) if spec.get("run_id") is not None else None
     leftovers = run_processes(token) if token else []
     # A container of the job's that outlived its supervisor (any run of this folder) is removed by this stop.
-    boxes = containers.container_leftovers(spec, path)
+    runtime = runtime_of(spec)
+    boxes = runtime.leftovers(spec, path)
     if not is_running(current) and not leftovers and not boxes:
         result.update(state=current["state"], remaining=[])
         return result
@@ -329,9 +330,10 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
         result["state"] = JobState.STOPPED
         return result
     write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for), 0o600)
-    slurm_job_id = spec.get("slurm_job_id") if spec.get("scheduler") == "slurm" else None
-    if slurm_job_id and (cancel_scheduler or current["state"] == JobState.QUEUED):
-        result["scancel"] = slurm_jobs.cancel(slurm_job_id) or "cancelled Slurm job %s" % slurm_job_id
+    wanted = cancel_scheduler or current["state"] == JobState.QUEUED
+    cancelled = scheduler_of(spec.get("scheduler")).cancel(spec, wanted)
+    if cancelled:
+        result["scancel"] = cancelled
     if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -340,8 +342,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
     grace = float(spec.get("grace_s", Defaults.GRACE_S))
-    if spec.get("container_engine"):
-        result["containers_removed"] = containers.remove_container_leftovers(spec, path)
+    result.update(runtime.remove_leftovers(spec, path))
     killed = end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == JobState.LOST:
@@ -351,7 +352,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
         write_json_atomic(os.path.join(path, STATE_FILE), state)
         final = status(path)
     result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [],
-                  containers_remaining=containers.container_leftovers(spec, path))
+                  containers_remaining=runtime.leftovers(spec, path))
     return result
 
 

@@ -17,8 +17,9 @@ import os
 import re
 import shlex
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A Linux interface name as the kernel allows it in practice (no spaces, quotes or slashes).
@@ -97,8 +98,7 @@ def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | No
         "rank": spec.node_rank,
         "nnodes": spec.nnodes,
         "world": spec.world_size,
-        "container": containers.render_block(spec.as_dict(), job_dir, list(spec.env_files))
-        if spec.container_engine else "",
+        "container": runtime_of(spec.as_dict()).launch_block(spec.as_dict(), job_dir, list(spec.env_files)),
         "workdir": shlex.quote(spec.workdir),
         "env": shlex.quote(env_path),
         "secret_env": ". %s\n" % shlex.quote(secret_env_path) if spec.secret_env_sha256 and secret_env_path else "",

@@ -27,7 +27,6 @@ from collections.abc import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, JobState
 
-SCHEDULERS = ("ssh", "slurm")
 TASK_FILE = "slurm_task.sh"
 # Slurm job states after which nothing of the job runs any more (squeue(1), JOB STATE CODES).
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",

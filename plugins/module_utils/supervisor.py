@@ -50,7 +50,6 @@ import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
-from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import container_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
@@ -72,7 +71,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
     LOG_FILE,
-    PORTS_VAR,
     SINGLE_ENTRY,
     SPEC_FILE,
     STATE_FILE,
@@ -84,6 +82,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     StopReason,
     read_stop_request,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime, runtime_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
 
 # Seconds between the three final heartbeats a supervisor sends before it exits.
 FAREWELL_GAP_S = 0.05
@@ -105,11 +105,11 @@ class Supervisor:
         # An attempt's start (imports, data loading, rendezvous) is often silent for longer than a step: before
         # this node's first output of the attempt, its silence counts only past this allowance.
         self.hang_startup_s = float(spec.get("hang_startup_s") or 0)
-        self.ports = [int(spec["master_port"])] + [int(p) for p in spec.get("restart_ports") or []]
-        if spec.get("scheduler") == "slurm" and os.environ.get(PORTS_VAR):
-            # Chosen when Slurm started the job, not when it was submitted; the gang's heartbeats use the first.
-            self.ports = [int(port) for port in os.environ[PORTS_VAR].split(",")]
-            spec["master_port"] = self.ports[0]
+        scheduler = scheduler_of(spec.get("scheduler"))
+        self.runtime: HostRuntime = runtime_of(spec)  # the host, or the job's container (runtimes.py)
+        # Under Slurm, chosen when Slurm started the job, not when it was submitted; the gang's heartbeats use the first.
+        self.ports = scheduler.ports(spec, dict(os.environ))
+        spec["master_port"] = self.ports[0]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
@@ -135,13 +135,8 @@ class Supervisor:
             "max_restarts": self.max_restarts,
             "attempts": [],
         }
-        if spec.get("container_engine"):
-            self.state.update(container=container_of(spec), image=spec.get("container_image"),
-                              image_id=spec.get("container_image_id"))
-        if spec.get("scheduler") == "slurm":
-            self.state.update(slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-                              slurm_step_id=os.environ.get("SLURM_STEP_ID"),
-                              slurm_node=os.environ.get("SLURMD_NODENAME"))
+        self.state.update(self.runtime.state_fields(spec))
+        self.state.update(scheduler.state_fields(dict(os.environ)))
 
     def save(self, **changes: object) -> None:
         self.state.update(changes)

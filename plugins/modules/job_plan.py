@@ -163,4 +163,10 @@ plan:
     max_restarts:
       description: How many times the whole gang may be launched again after a failure.
       type: int
+    master_probe:
+      description:
+        - What the master node's probe does about the ports - C(pick_port) (a free master port, when none is
+          given), C(extra_ports) (how many free relaunch ports besides) and C(check_port) (the given master port,
+          or null). Nothing under C(scheduler=slurm), whose node 0 picks the ports when Slurm starts the job.
+      type: dict
 """

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.action.job_plan import INLINE_SCRIPT_MAX_BYTES, script_layout
+from ansible_collections.gpufleet.cluster.plugins.action.job_plan import INLINE_SCRIPT_MAX_BYTES, master_probe, script_layout
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
 
 
@@ -54,3 +54,15 @@ def test_script_on_nodes_is_used_as_it_is():
 def test_bad_script_inputs(script, script_dir, on_nodes, needle):
     with pytest.raises(PlanError, match=needle.replace(".", r"\.")):
         script_layout(script, script_dir, on_nodes)
+
+
+@pytest.mark.parametrize("master_port, max_restarts, scheduler, expected", [
+    (None, 2, "ssh", {"pick_port": True, "extra_ports": 2, "check_port": None}),
+    (29600, 0, "ssh", {"pick_port": False, "extra_ports": 0, "check_port": 29600}),
+    (29600, 3, "ssh", {"pick_port": False, "extra_ports": 3, "check_port": 29600}),
+    # Slurm: node 0 picks the ports when Slurm starts the job; the master's probe neither picks nor checks one.
+    (None, 2, "slurm", {"pick_port": False, "extra_ports": 0, "check_port": None}),
+    (29600, 2, "slurm", {"pick_port": False, "extra_ports": 0, "check_port": None}),
+])
+def test_what_the_masters_probe_does_about_the_ports(master_port, max_restarts, scheduler, expected):
+    assert master_probe(master_port, max_restarts, scheduler) == expected

@@ -3,6 +3,7 @@ free_ports, containers, gang, gang_rules, attempt and supervisor) and runs there
 library only, Python 3.8 syntax and calls. These tests fail when it stops being so."""
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
@@ -70,4 +71,28 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
                             cwd=tmp_path, check=True).stdout.strip().split(",")
     assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
     assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
-        "job_states", "job_processes", "free_ports", "containers", "gang", "gang_rules", "attempt", "supervisor"]
+        "job_states", "job_processes", "free_ports", "slurm_jobs", "schedulers", "containers", "runtimes", "gang",
+        "gang_rules", "attempt", "supervisor"]
+
+
+def _defined(source: str) -> set:
+    """The top-level names a part defines (functions, classes, assignments), not those it imports."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_no_two_parts_of_the_shipped_file_define_one_name():
+    """In the one file, a later part's name would silently replace an earlier part's."""
+    owners = {}
+    for part in supervisor_bundle.PARTS:
+        for name in _defined(inspect.getsource(part)):
+            owners.setdefault(name, []).append(part.__name__.rsplit(".", 1)[-1])
+    assert {name: parts for name, parts in owners.items() if len(parts) > 1} == {}
+    assert _defined("def cancel():\n    pass\nX = 1\nimport os\n") == {"cancel", "X"}
