@@ -162,7 +162,7 @@ options:
           - Allowance for an attempt's silent start (imports, data loading, rendezvous). Before a node's first output
             of an attempt, its silence counts towards O(supervision.hang_timeout_s) only past this many seconds.
         type: float
-        default: 0
+        default: 120
       max_restarts:
         description:
           - After a failure, launch the whole gang again, up to this many times, on the next port of

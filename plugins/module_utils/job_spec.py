@@ -46,7 +46,7 @@ class JobSpec:
     # Seconds of silence in every node's log after which the job counts as hung and is stopped; 0 is off.
     hang_timeout_s: int = 0
     # Before a node's first output of an attempt, its silence counts towards hang_timeout_s only past this.
-    hang_startup_s: float = 0.0
+    hang_startup_s: float = Defaults.HANG_STARTUP_S
     # The interface of this node's cluster address: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME where nothing sets them.
     iface: str = ""
     # Launches of the whole gang again after a failure, each on the next of restart_ports.

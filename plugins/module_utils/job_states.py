@@ -116,6 +116,9 @@ class Defaults:
     HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
     HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
     JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
+    # Before a node's first output of an attempt (imports, data loading, rendezvous), its silence counts towards
+    # the hang watchdog only past this many seconds.
+    HANG_STARTUP_S = 120.0
 
 
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.

@@ -41,7 +41,7 @@ GROUPS: dict[str, dict] = {
         "grace_s": {"type": "float", "default": Defaults.GRACE_S},
         "start_timeout_s": {"type": "float", "default": 15.0},
         "hang_timeout_s": {"type": "int", "default": 0},
-        "hang_startup_s": {"type": "float", "default": 0.0},
+        "hang_startup_s": {"type": "float", "default": Defaults.HANG_STARTUP_S},
         "max_restarts": {"type": "int", "default": 0},
         "restart_ports": {"type": "list", "elements": "int", "default": []},
     },
