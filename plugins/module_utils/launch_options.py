@@ -118,7 +118,7 @@ def flat(params: dict) -> dict:
         given = params.get(group) or {}
         for option, option_spec in options.items():
             default = option_spec.get("default", "" if option_spec["type"] == "str" else None)
-            value = given.get(option, default) if given else default
+            value = given.get(option, default)
             values[field_name(group, option)] = "" if value is None and option_spec["type"] == "str" else value
     return values
 

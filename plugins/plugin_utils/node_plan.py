@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import schedulers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
 
 
@@ -142,8 +143,14 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
     refusal = running_refusal(plan["job"], running) if running and not force else ""
     slots = [nproc.get(host, 0) for host in plan["hosts"]]
+    at_start = schedulers.scheduler_of(plan.get("scheduler")).picks_ports_at_start
+    if at_start:
+        # Node 0 picks the ports when the scheduler starts the job (0: not given; slurm_batch.py).
+        master_port, restart_ports = int(plan.get("master_port") or 0), []
+    else:
+        chosen = ports.job_ports(plan.get("master_port"), probes.get(plan["master_host"]) or {}, force)
+        master_port, restart_ports = int(chosen["master_port"] or 0), [int(port) for port in chosen["restart_ports"]]
     slurm = plan.get("scheduler") == "slurm"
-    chosen = ports.job_ports(plan.get("master_port"), probes.get(plan["master_host"]) or {}, force)
     allocation = None
     if slurm and slurm_answer is not None and not problems and len(nproc) == len(plan["hosts"]):
         allocation = slurm_batch.allocation(
@@ -156,8 +163,7 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
         refusal = allocation["problem"] if allocation else "scheduler=slurm: Slurm's node table was not read"
     return NodeDecisions(
         problems=problems, running_hosts=running, refusal=refusal, nproc=nproc, slots=slots, world_size=sum(slots),
-        # Under Slurm the ports are chosen on node 0 when Slurm starts the job (0: not given; slurm_batch.py).
-        master_port=int(plan.get("master_port") or 0) if slurm else int(chosen["master_port"] or 0),
-        restart_ports=[] if slurm else [int(port) for port in chosen["restart_ports"]],
-        check_ports=not slurm and int(plan.get("nnodes") or 0) > 1 and not running,
+        master_port=master_port, restart_ports=restart_ports,
+        # The ports are checked between the nodes where the controller chose them, before a new launch.
+        check_ports=not at_start and int(plan.get("nnodes") or 0) > 1 and not running,
         slurm=allocation)
