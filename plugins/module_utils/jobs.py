@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     end_run,
     read_json,
@@ -51,7 +51,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import TASK_FILES, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,
     render_env_file,
@@ -87,15 +87,12 @@ def read_spec(path: str) -> dict | None:
 
 def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
     """The job's state on this node, checked against the live processes; under Slurm, with Slurm's state of the
-    job, waited for up to slurm_wait_s to be final once this node's part has ended (slurm_jobs.query_ended)."""
+    job, waited for up to slurm_wait_s to be final once this node's part has ended (schedulers.py)."""
     result: dict = {"job_dir": path, "log_path": os.path.join(path, LOG_FILE)}
     state = read_json(os.path.join(path, STATE_FILE))
-    result.update(state_of(read_spec(path), state, supervisor_alive(state or {})))
-    if (state or {}).get("slurm_job_id"):  # Slurm's state next to gpufleet's: its final one once this part ended
-        ended_here = result["state"] in ENDED_STATES
-        slurm = (slurm_jobs.query_ended(state["slurm_job_id"], slurm_wait_s) if ended_here and slurm_wait_s
-                 else slurm_jobs.query(state["slurm_job_id"]))
-        result = slurm_jobs.settle(result, slurm)
+    spec = read_spec(path)
+    result.update(state_of(spec, state, supervisor_alive(state or {})))
+    result = scheduler_of((spec or {}).get("scheduler")).settle_status(result, state or {}, slurm_wait_s)
     if result["state"] in (JobState.ABSENT, JobState.STARTING, JobState.QUEUED):
         return result
     ended = result.get("ended_at") or time.time()
@@ -246,11 +243,12 @@ def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], 
     write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
     for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
         write_atomic(os.path.join(path, name), files[name], 0o600)
-    task_path = os.path.join(path, slurm_jobs.TASK_FILE)
-    if slurm_jobs.TASK_FILE in files:
-        write_atomic(task_path, files[slurm_jobs.TASK_FILE], 0o700)
-    elif os.path.exists(task_path):
-        os.remove(task_path)
+    for name in TASK_FILES:  # what the scheduler runs; a previous launch's under another scheduler goes
+        task_path = os.path.join(path, name)
+        if name in files:
+            write_atomic(task_path, files[name], 0o700)
+        elif os.path.exists(task_path):
+            os.remove(task_path)
     secret_path = os.path.join(path, SECRET_ENV_FILE)
     if secret_env:
         write_atomic(secret_path, render_env_file(secret_env), 0o600)  # owner-only, never in an argument list or log

@@ -33,6 +33,9 @@ class HostRuntime:
     """The node's part runs on the host: nothing to wrap, nothing but its processes to end."""
 
     name = "host"
+    # Whether the training Python, torch and the launcher are the node's own, so that the node's probe checks them;
+    # in a container they are the image's, checked by starting the image once (roles/job/tasks/train/image.yml).
+    runs_node_python = True
 
     def launch_block(self, spec: dict, job_dir: str, env_files: list[str]) -> str:  # pylint: disable=unused-argument
         """The shell lines at the top of launch.sh that run the rest of it elsewhere ('' on the host)."""
@@ -62,6 +65,7 @@ class ContainerRuntime(HostRuntime):
     """The node's part runs inside one container of the job's image (containers.py)."""
 
     name = "container"
+    runs_node_python = False
 
     def launch_block(self, spec: dict, job_dir: str, env_files: list[str]) -> str:
         return render_block(spec, job_dir, env_files)
@@ -86,4 +90,9 @@ class ContainerRuntime(HostRuntime):
 def runtime_of(spec: dict) -> HostRuntime:
     """The runtime of a job's spec (JobSpec.as_dict() or the spec.json read back): a container engine set is a
     container; none is the host."""
-    return ContainerRuntime() if spec.get("container_engine") else HostRuntime()
+    return runtime_for(spec.get("container_engine"))
+
+
+def runtime_for(container: object) -> HostRuntime:
+    """The runtime of a job with these container settings (an engine, or the plan's container; empty: the host)."""
+    return ContainerRuntime() if container else HostRuntime()

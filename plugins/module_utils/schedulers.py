@@ -7,7 +7,7 @@
 ``ssh`` (the default): the launch starts the node's supervisor at once, detached, on the ports the controller
 chose. ``slurm``: the launch only prepares the folder, queued, with a task script that Slurm's step runs
 (slurm_jobs.py); node 0 picks the ports when Slurm starts the job; a stop cancels the Slurm job; the supervisor
-records the step it runs in. The launch's option checks, the launch and the stop (jobs.py), the supervisor and
+records the step it runs in. The launch's option checks, the launch, the status and the stop (jobs.py), the supervisor and
 the container runtime's refusals ask ``scheduler_of(name)``; none of them names a scheduler itself.
 
 Part of the shipped supervisor (supervisor_bundle.py): standard library only, Python 3.8.
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import PORTS_VAR, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, PORTS_VAR, JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils.slurm_jobs import (
     TASK_FILE,
     cancel,
     launcher_problem,
+    query,
+    query_ended,
+    settle,
     task_script,
 )
 
@@ -32,6 +35,8 @@ class SshScheduler:
     name = "ssh"
     # Whether node 0 picks the job's ports when the scheduler starts it (else the controller checks them first).
     picks_ports_at_start = False
+    # Whether the scheduler gives the job its nodes, so that the plan first checks them against its node table.
+    allocates_nodes = False
 
     def options_problem(self, values: dict) -> str:
         """What is wrong with a launch's (flattened) options for this scheduler, or ''."""
@@ -63,6 +68,10 @@ class SshScheduler:
         """Cancel the scheduler's job, when there is one and ``wanted``; what was done ('' when nothing)."""
         return ""
 
+    def settle_status(self, result: dict, state: dict, wait_s: float) -> dict:  # pylint: disable=unused-argument
+        """A node part's status (jobs.status) with the scheduler's own word on the job; ssh has none."""
+        return result
+
     def ports(self, spec: dict, environ: dict) -> list[int]:  # pylint: disable=unused-argument
         """The master port and the relaunch ports, in order."""
         return [int(spec["master_port"])] + [int(port) for port in spec.get("restart_ports") or []]
@@ -77,6 +86,7 @@ class SlurmScheduler(SshScheduler):
 
     name = "slurm"
     picks_ports_at_start = True
+    allocates_nodes = True
 
     def options_problem(self, values: dict) -> str:
         # 0: node 0 picks the master port when Slurm starts the job; the relaunch ports are picked with it.
@@ -107,6 +117,14 @@ class SlurmScheduler(SshScheduler):
             return ""
         return cancel(job_id) or "cancelled Slurm job %s" % job_id
 
+    def settle_status(self, result: dict, state: dict, wait_s: float) -> dict:
+        # Slurm's state next to gpufleet's: its final one, waited for up to wait_s, once this node's part ended.
+        job_id = state.get("slurm_job_id")
+        if not job_id:
+            return result
+        ended_here = result["state"] in ENDED_STATES
+        return settle(result, query_ended(job_id, wait_s) if ended_here and wait_s else query(job_id))
+
     def ports(self, spec: dict, environ: dict) -> list[int]:
         # Chosen when Slurm started the job (node 0's task script, `ports N`), not when it was submitted.
         if environ.get(PORTS_VAR):
@@ -120,6 +138,8 @@ class SlurmScheduler(SshScheduler):
 
 SCHEDULER_CLASSES = (SshScheduler, SlurmScheduler)
 SCHEDULERS = tuple(kind.name for kind in SCHEDULER_CLASSES)
+# Every file a scheduler may run from the job folder (task_files), so that a relaunch under another removes it.
+TASK_FILES = (TASK_FILE,)
 
 
 def scheduler_of(name: object) -> SshScheduler:

@@ -169,4 +169,9 @@ plan:
           given), C(extra_ports) (how many free relaunch ports besides) and C(check_port) (the given master port,
           or null). Nothing under C(scheduler=slurm), whose node 0 picks the ports when Slurm starts the job.
       type: dict
+    container:
+      description:
+        - The job's container image, or null - C(engine), C(image), C(pull), C(archive) and C(archive_image_id)
+          (null without an archive), and C(lookup), what the nodes look the image up by (an archive's image ID).
+      type: dict
 """

@@ -96,6 +96,8 @@ def plan_container(image: Any, archive: Any, engine: Any, pull: Any) -> dict[str
         planned.update(archive=path, archive_image_id=found["image_id"],
                        image=image or (found["tags"][0] if found["tags"] else found["image_id"]),
                        archive_size=os.path.getsize(path))
+    # What the nodes look the image up by: an archive's image by its ID (its tags may name another image there).
+    planned["lookup"] = planned["archive_image_id"] or planned["image"]
     return planned
 
 

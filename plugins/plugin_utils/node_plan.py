@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import schedulers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import runtimes, schedulers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
 
 
@@ -57,17 +57,18 @@ class NodeDecisions:
 def _probe_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str, Any],
                    settings: NodeSettings) -> str:
     """The first problem of the node's own setup (engine, Python and torch, interface, launcher), or ''."""
-    container = plan.get("container")
+    node_python = runtimes.runtime_for(plan.get("container")).runs_node_python
     python = dict(probe.get("python") or {})
-    if container and (probe.get("container") or {}).get("error"):
+    # The probe reads the engine only for a job in a container image (preflight.yml).
+    if (probe.get("container") or {}).get("error"):
         return "%s: container_engine=%s: %s" % (host, settings.container_engine, probe["container"]["error"])
-    # With a container image the training Python is the image's: train/image.yml checks it there.
-    if not container and not python.get("found"):
+    # In a container image the training Python is the image's: train/image.yml checks it there.
+    if node_python and not python.get("found"):
         error = str(python.get("error") or "")
         return ("%s: gpufleet_python=%s was not found or does not run on the node%s"
                 % (host, settings.python, " " + error if error else ""))
     # Every launcher but none starts torch.distributed.
-    if not (container or python.get("torch") or plan.get("launcher") == "none"):
+    if node_python and not (python.get("torch") or plan.get("launcher") == "none"):
         return ("%s: gpufleet_python=%s (%s) cannot import torch; install it there or point gpufleet_python at a "
                 "Python that has it" % (host, settings.python, python.get("path")))
     env_names = list((plan.get("env") or {}).keys()) + list(probe.get("env_file_names") or [])
@@ -78,7 +79,7 @@ def _probe_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[s
         return ("%s: its hostname resolves to %s and no interface of the node holds its cluster address %s, so Gloo "
                 "and NCCL would advertise a loopback address; run playbooks/provision.yml --tags etc_hosts,nccl_env, "
                 "or set GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME in gpufleet_env" % (host, hostname_address, ip))
-    if not container and probe.get("launcher_missing"):
+    if node_python and probe.get("launcher_missing"):
         return "%s: launcher=%s %s" % (host, plan.get("launcher"), probe["launcher_missing"])
     return ""
 
@@ -143,22 +144,22 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
     refusal = running_refusal(plan["job"], running) if running and not force else ""
     slots = [nproc.get(host, 0) for host in plan["hosts"]]
-    at_start = schedulers.scheduler_of(plan.get("scheduler")).picks_ports_at_start
+    scheduler = schedulers.scheduler_of(plan.get("scheduler"))
+    at_start = scheduler.picks_ports_at_start
     if at_start:
         # Node 0 picks the ports when the scheduler starts the job (0: not given; slurm_batch.py).
         master_port, restart_ports = int(plan.get("master_port") or 0), []
     else:
         chosen = ports.job_ports(plan.get("master_port"), probes.get(plan["master_host"]) or {}, force)
         master_port, restart_ports = int(chosen["master_port"] or 0), [int(port) for port in chosen["restart_ports"]]
-    slurm = plan.get("scheduler") == "slurm"
     allocation = None
-    if slurm and slurm_answer is not None and not problems and len(nproc) == len(plan["hosts"]):
+    if scheduler.allocates_nodes and slurm_answer is not None and not problems and len(nproc) == len(plan["hosts"]):
         allocation = slurm_batch.allocation(
             slurm_answer, [{"host": node["host"], "ip": node["ip"], "ranks": nproc[node["host"]],
                             "gpus": probes[node["host"]].get("gpu_count"), "jobs_dir": probes[node["host"]].get("jobs_dir")}
                            for node in plan["nodes"]],
             plan.get("gpus_per_node"), plan["master_host"])
-    if slurm and not refusal and not problems:
+    if scheduler.allocates_nodes and not refusal and not problems:
         # What Slurm cannot run as asked is refused job-wide too, after a job still running.
         refusal = allocation["problem"] if allocation else "scheduler=slurm: Slurm's node table was not read"
     return NodeDecisions(

@@ -19,6 +19,10 @@ def test_the_runtime_is_chosen_by_the_engine_alone():
     assert runtimes.runtime_of({}).name == "host"
     assert runtimes.runtime_of({"container_engine": "", "container_image": "x"}).name == "host"
     assert runtimes.runtime_of(SPEC).name == "container"
+    # The planner's side: a plan's container settings (or none) choose the same way.
+    assert runtimes.runtime_for(None).name == "host" and runtimes.runtime_for({"image": "x"}).name == "container"
+    # On the host the probe checks the node's Python and launcher; in an image, image.yml checks the image's.
+    assert runtimes.runtime_for(None).runs_node_python and not runtimes.runtime_for({"image": "x"}).runs_node_python
 
 
 def test_on_the_host_there_is_nothing_to_wrap_record_or_end(monkeypatch):

@@ -59,6 +59,24 @@ def test_slurm_cancels_its_job_only_when_wanted(monkeypatch):
     assert slurm.cancel(dict(SPEC, slurm_job_id=""), wanted=True) == ""
 
 
+def test_the_status_gets_slurms_word_under_slurm_only(monkeypatch):
+    asked = []
+    monkeypatch.setattr(schedulers, "query", lambda job_id: asked.append(("now", job_id)) or {"state": "PENDING"})
+    monkeypatch.setattr(schedulers, "query_ended",
+                        lambda job_id, wait_s: asked.append(("ended", job_id, wait_s)) or {"state": "COMPLETED"})
+    queued = {"state": JobState.QUEUED, "slurm_job_id": "42"}
+    assert schedulers.scheduler_of("ssh").settle_status(queued, {"slurm_job_id": "42"}, 5.0) is queued
+    assert asked == []
+    still = schedulers.scheduler_of("slurm").settle_status(queued, {"slurm_job_id": "42"}, 5.0)
+    assert still["state"] == JobState.QUEUED and still["slurm"] == {"state": "PENDING"} and asked == [("now", "42")]
+    # Once this node's part ended, Slurm's final state is waited for (up to the wait given).
+    ended = schedulers.scheduler_of("slurm").settle_status({"state": JobState.SUCCEEDED}, {"slurm_job_id": "42"}, 5.0)
+    assert ended["slurm"] == {"state": "COMPLETED"} and asked[-1] == ("ended", "42", 5.0)
+    # A part Slurm never queued (no job id in its state) is left as it is.
+    assert schedulers.scheduler_of("slurm").settle_status(queued, {}, 5.0) is queued and len(asked) == 2
+    assert schedulers.TASK_FILES == (slurm_jobs.TASK_FILE,)
+
+
 def test_slurm_takes_the_ports_node_0_picked_when_the_job_started():
     slurm = schedulers.scheduler_of("slurm")
     assert slurm.ports(SPEC, {PORTS_VAR: "30000,30001"}) == [30000, 30001]
