@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -191,6 +190,5 @@ class ActionModule(ActionBase):
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),
             # Where the nodes' waits tell each other their state (created by job_wait, removed by job_report).
-            "gang_dir": os.path.join(tempfile.gettempdir(), "gpufleet-%s-%s" % (job, run_id)),
             **layout,
         }

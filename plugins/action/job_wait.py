@@ -2,31 +2,25 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Action gpufleet.cluster.job_wait: wait for a job on one node, failing fast with the gang.
+"""Action gpufleet.cluster.job_wait: wait for a job on one node, and report it.
 
-Every node of the job runs this task at the same time (one fork each). Each
-polls its own node (one shell command, plugin_utils/job_poll.py; the last
-read is gpufleet.cluster.job_status) and, after each poll,
-writes its state into a folder on the controller that all of them share and
-reads the others'. When another node has failed, stopped or stopped
-answering, it stops its own node's part of the job with
-gpufleet.cluster.job_stop, so no rank is left waiting in a collective. (The
-nodes' supervisors do the same among themselves, with heartbeats, without the
-controller; this is the controller's second line.)
+Every node of the job runs this task at the same time. Each polls its own node (one shell command,
+plugin_utils/job_poll.py; the last read is gpufleet.cluster.job_status) until the node's part ends, says what
+changed, and returns the node's final state. It stops nothing because of another node: the job's one fail-fast
+authority is the nodes' supervisors, which hear each other's heartbeats and stop their parts by the gang's rules
+(module_utils/gang_rules.py), with the controller attached or not, with one fork per node or fewer. A node that
+stops answering the controller is reported unreachable; its peers' supervisors find it lost by its silence.
 
-Under Slurm (scheduler=slurm), a node's part is queued until Slurm starts
-the job; the progress node says Slurm's state while it waits (pending and
-why, then running). A stop because another node failed leaves the Slurm job
-alone (it ends by itself, and Slurm records it as failed); Ctrl-C cancels it.
+Under Slurm (scheduler=slurm), a node's part is queued until Slurm starts the job; the progress node says Slurm's
+state while it waits (pending and why, then running).
 
-When the gpufleet.cluster.interrupt callback has seen Ctrl-C, the file named
-by GPUFLEET_INTERRUPT_FILE exists: each node's wait then stops its node's part
-and returns, so that the play goes on to fetch the logs and report.
+When the gpufleet.cluster.interrupt callback has seen Ctrl-C, the file named by GPUFLEET_INTERRUPT_FILE exists:
+each node's wait then stops its node's part (and cancels a Slurm job) and returns, so that the play goes on to
+fetch the logs and report.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -36,13 +30,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_json_atomic
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
-    GANG_STOP_STATES,
-    JobState,
-    STOPPED_FOR,
-    WAIT_ENDED_STATES,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState, WAIT_ENDED_STATES
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, job_poll
 
@@ -67,48 +55,23 @@ def sleep_unless_interrupted(seconds: float, step_s: float = 0.05) -> None:
         time.sleep(min(step_s, left))
 
 
-def write_state(gang_dir: str, host: str, state: dict) -> None:
-    os.makedirs(gang_dir, mode=0o700, exist_ok=True)
-    write_json_atomic(os.path.join(gang_dir, "%s.json" % host), state)
-
-
-def first_peer_failure(gang_dir: str, host: str, peers: list[str]) -> dict | None:
-    """The first peer (by end time) whose state ends the job for everyone, or None."""
-    found = []
-    for peer in peers:
-        if peer == host:
-            continue
-        try:
-            with open(os.path.join(gang_dir, "%s.json" % peer)) as handle:
-                state = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if state.get("state") in GANG_STOP_STATES and not state.get(STOPPED_FOR):
-            found.append(state)
-    if not found:
-        return None
-    return min(found, key=lambda s: s.get("ended_at") or float("inf"))
-
-
 # How long a node's final read waits for Slurm to record the job as ended (job_status's slurm_wait_s).
 SLURM_FINAL_WAIT_S = 15.0
 
 
-class GangWait:
-    """One node's wait: poll, say what changed, check the other nodes, stop this node's part when they failed.
+class NodeWait:
+    """One node's wait: poll, say what changed, stop this node's part on Ctrl-C.
 
     The node is reached through the two callables it is given (status and stop), so the loop is tested without a
     node; ActionModule wires them to gpufleet.cluster.job_status and job_stop."""
 
-    def __init__(self, host: str, node_rank: Any, hosts: list[str], gang_dir: str,
-                 status: Callable[[int | None], dict], stop: Callable[..., None],
+    def __init__(self, host: str, node_rank: Any, status: Callable[[int | None], dict], stop: Callable[..., None],
                  say: Callable[[str], None] = display.display, max_misses: int = 3, progress: bool = False,
                  progress_s: float = 5, poll_s: float = 2) -> None:
-        self.host, self.node_rank, self.hosts, self.gang_dir = host, node_rank, hosts, gang_dir
+        self.host, self.node_rank = host, node_rank
         self.status, self.stop, self.say = status, stop, say
         self.max_misses, self.progress, self.progress_s, self.poll_s = max_misses, progress, progress_s, poll_s
         self.misses = 0
-        self.stopped_for: dict | None = None
         self.was_interrupted = False
         self.attempt = 1
         self.last_shown = ""
@@ -131,14 +94,11 @@ class GangWait:
                 self.stop("stopped by gpufleet: interrupted on the controller (Ctrl-C)")
                 continue
             self.show_progress()
-            if self.check_peers():
-                continue
             sleep_unless_interrupted(self.poll_s)
         return self.final(tail)
 
     def poll(self) -> str | None:
-        """Read this node's job (a node that does not answer max_misses times in a row is unreachable), and tell
-        the other nodes' waits."""
+        """Read this node's job (a node that does not answer max_misses times in a row is unreachable)."""
         answer = self.status(None)
         if answer.get("failed") or answer.get("unreachable"):
             self.misses += 1
@@ -147,11 +107,7 @@ class GangWait:
         else:
             self.misses = 0
             self.current = answer["jobs"][0]
-        state = self.current.get("state")
-        write_state(self.gang_dir, self.host, {"host": self.host, "node_rank": self.node_rank, "state": state,
-                                               "ended_at": self.current.get("ended_at"),
-                                               STOPPED_FOR: self.stopped_for})
-        return state
+        return self.current.get("state")
 
     def show_progress(self) -> None:
         """A new attempt, and the log's last line when it changed (at most every progress_s)."""
@@ -185,19 +141,6 @@ class GangWait:
             self.say("  [%s %4ds] Slurm job %s: %s" % (self.host, time.monotonic() - self.started,
                                                        self.current.get("slurm_job_id"), shown))
 
-    def check_peers(self) -> bool:
-        """Stop this node's part once, when another node's part ended the job; True when it did."""
-        if self.stopped_for is not None:
-            return False
-        self.stopped_for = first_peer_failure(self.gang_dir, self.host, self.hosts)
-        if self.stopped_for is None:
-            return False
-        reason = "stopped by gpufleet: %s (node_rank %s) %s" % (
-            self.stopped_for["host"], self.stopped_for.get("node_rank"), self.stopped_for["state"])
-        self.say("  [%s] %s; stopping this node's part" % (self.host, reason))
-        self.stop(reason, cancel_scheduler=False, stopped_for=self.stopped_for["host"])
-        return True
-
     def final(self, tail: int) -> dict:
         current = self.current
         if current.get("state") != JobState.UNREACHABLE:
@@ -205,15 +148,13 @@ class GangWait:
             if not answer.get("failed") and not answer.get("unreachable"):
                 current = answer["jobs"][0]
         current.update(host=self.host, node_rank=self.node_rank)
-        if self.stopped_for is not None:
-            current[STOPPED_FOR] = self.stopped_for["host"]
         if self.was_interrupted:
             current["interrupted"] = True
         return current
 
 
 class ActionModule(ActionBase):
-    """Polls the node's job until it ends; stops it when another node's part failed."""
+    """Polls the node's job until it ends and returns its final state; stops it only on Ctrl-C."""
 
     TRANSFERS_FILES = False
 
@@ -245,18 +186,16 @@ class ActionModule(ActionBase):
             except AnsibleConnectionFailure as exc:
                 return {"failed": True, "msg": str(exc)}
 
-        def stop(reason: str, cancel_scheduler: bool = True, stopped_for: str | None = None) -> None:
+        def stop(reason: str) -> None:
             try:
                 self._execute_module("gpufleet.cluster.job_stop",
-                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason,
-                                                  "cancel_scheduler": cancel_scheduler, "stopped_for": stopped_for},
+                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason},
                                      task_vars=task_vars)
             except AnsibleConnectionFailure:
                 pass  # the node is unreachable: its own supervisor is all that can act there
 
-        wait = GangWait(host, args["node_rank"], list(args["hosts"] or []),
-                        args["gang_dir"], status, stop, max_misses=args["max_misses"], progress=args["progress"],
-                        progress_s=args["progress_s"], poll_s=args["poll_s"])
+        wait = NodeWait(host, args["node_rank"], status, stop, max_misses=args["max_misses"],
+                        progress=args["progress"], progress_s=args["progress_s"], poll_s=args["poll_s"])
         current = wait.run(args["tail"])
         current["job"] = job
         result.update(changed=False, job_result=current, polls=polls)

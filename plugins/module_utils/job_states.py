@@ -94,8 +94,6 @@ ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.
 WAIT_ENDED_STATES = ENDED_STATES + (JobState.ABSENT, JobState.UNREACHABLE)  # where the controller's wait stops
 # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
 GANG_FAILURE_STATES = (JobState.FAILED, JobState.STOPPED, JobState.HUNG)
-# States that make the controller's waits stop every other node's part (unless stopped for another node).
-GANG_STOP_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState.STOPPED, JobState.HUNG)
 # States the report counts as a failure of the node itself.
 FAILURE_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState.HUNG)
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: job_wait
-short_description: Wait for a job on a node, stopping it as soon as another node's part fails
+short_description: Wait for a job's part on a node and return how it ended
 version_added: 0.1.0
 description:
   - Polls the node's job until it ends, and returns the node's final result, read with
     M(gpufleet.cluster.job_status). Each poll while the job runs is one POSIX shell command (C(cat) and C(tail) of
     the job's files), read on the controller as M(gpufleet.cluster.job_status) reads them, so that no Python starts
     on the node every O(poll_s); when a node's answer is not understood, M(gpufleet.cluster.job_status) polls it.
-  - All nodes of the job run this task at once; after each poll each writes its state into O(gang_dir) on the
-    controller and reads the others'. When another node's part failed, was stopped or its node stopped answering
-    (O(max_misses) polls in a row), this node's part is stopped with M(gpufleet.cluster.job_stop) and reported as
-    stopped, not failed.
+  - All nodes of the job run this task at once, each reading its own node only. The wait stops nothing because
+    of another node - the nodes' supervisors are the job's one fail-fast authority - they hear each other's
+    heartbeats and stop their parts when another part failed, hung or its node was lost, attached or detached;
+    a part stopped so is reported as stopped for that node, not failed. A node that does not answer
+    O(max_misses) polls in a row is reported unreachable.
+  - On Ctrl-C (the gpufleet.cluster.interrupt callback), stops the node's part with M(gpufleet.cluster.job_stop).
   - With O(progress), prints the last line of the node's log every O(progress_s) seconds when it changed.
   - The task itself never fails because the job failed; M(gpufleet.cluster.job_report) decides after the logs are fetched.
 author:
@@ -52,14 +54,6 @@ options:
   node_rank:
     description: The node's rank, for the report.
     type: int
-  hosts:
-    description: All nodes of the job (their states are read from O(gang_dir)).
-    type: list
-    elements: str
-  gang_dir:
-    description: Controller folder where the nodes' waits exchange their states.
-    type: str
-    required: true
   poll_s:
     description: Seconds between polls.
     type: float
@@ -86,16 +80,14 @@ EXAMPLES = r"""
 - name: Wait for the job
   gpufleet.cluster.job_wait:
     job: llama-ft
-    hosts: "{{ ansible_play_hosts }}"
-    gang_dir: /tmp/gpufleet-llama-ft
     progress: "{{ inventory_hostname == ansible_play_hosts[0] }}"
   register: __job_wait
 """
 
 RETURN = r"""
 job_result:
-  description: The node's final state (see M(gpufleet.cluster.job_status)), with C(host), C(node_rank) and, when
-    another node's failure stopped it, C(stopped_for).
+  description: The node's final state (see M(gpufleet.cluster.job_status)), with C(host) and C(node_rank); when
+    the supervisors stopped the part for another node's failure, C(stopped_for) names that node.
   returned: always
   type: dict
 polls:

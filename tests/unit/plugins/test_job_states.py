@@ -9,7 +9,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     ENDED_STATES,
     FAILURE_STATES,
     GANG_FAILURE_STATES,
-    GANG_STOP_STATES,
     HeartbeatPhase,
     JobState,
     STOPPED_FOR,
@@ -82,11 +81,10 @@ def test_a_state_is_its_word_in_json_and_in_messages():
 
 
 def test_the_derived_sets_are_made_of_the_states():
-    for derived in (ACTIVE_STATES, ENDED_STATES, WAIT_ENDED_STATES, GANG_FAILURE_STATES,
-                    GANG_STOP_STATES, FAILURE_STATES):
+    for derived in (ACTIVE_STATES, ENDED_STATES, WAIT_ENDED_STATES, GANG_FAILURE_STATES, FAILURE_STATES):
         assert set(derived) <= STATES
     assert not set(ACTIVE_STATES) & set(WAIT_ENDED_STATES)
-    assert set(FAILURE_STATES) <= set(GANG_STOP_STATES) <= set(WAIT_ENDED_STATES)
+    assert set(FAILURE_STATES) <= set(WAIT_ENDED_STATES)
 
 
 def test_the_job_roles_jobs_folder_default_is_the_supervisions():

@@ -11,7 +11,7 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_arg
 
 # (action, its boolean options, the arguments it requires)
 ACTIONS = [
-    ("job_wait", ["progress"], {"job": "j", "gang_dir": "/tmp/g"}),
+    ("job_wait", ["progress"], {"job": "j"}),
     ("job_report", ["show_job", "fail_on_error"], {"job": "j", "results": []}),
     ("job_plan", ["script_on_nodes", "wait"], {"script": "train.py"}),
     ("job_nodes", ["force"], {"plan": {"hosts": []}}),
