@@ -189,6 +189,5 @@ class ActionModule(ActionBase):
             "wait": wait,
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),
-            # Where the nodes' waits tell each other their state (created by job_wait, removed by job_report).
             **layout,
         }

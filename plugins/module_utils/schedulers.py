@@ -7,8 +7,8 @@
 ``ssh`` (the default): the launch starts the node's supervisor at once, detached, on the ports the controller
 chose. ``slurm``: the launch only prepares the folder, queued, with a task script that Slurm's step runs
 (slurm_jobs.py); node 0 picks the ports when Slurm starts the job; a stop cancels the Slurm job; the supervisor
-records the step it runs in. The launch's option checks, the launch, the status and the stop (jobs.py), the supervisor and
-the container runtime's refusals ask ``scheduler_of(name)``; none of them names a scheduler itself.
+records the step it runs in. The launch's option checks, the launch, the status and the stop (jobs.py), the
+supervisor and the container runtime's refusals ask ``scheduler_of(name)``; none of them names a scheduler itself.
 
 Part of the shipped supervisor (supervisor_bundle.py): standard library only, Python 3.8.
 """
