@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launchers, schedulers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers, schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, container_images, plan
 
@@ -121,22 +121,6 @@ class ActionModule(ActionBase):
         result["changed"] = False
         return result
 
-    def _container(self, args: dict, nodes: list[str], hostvars: dict, launcher_name: str,
-                   scheduler_name: str) -> dict | None:
-        """The container image every node's part runs in (container_images.plan_container), or None; refused
-        for a launcher or scheduler that cannot run in one, or for a node's bad container settings."""
-        container = container_images.plan_container(
-            args.get("container_image"), args.get("container_image_archive"), args.get("container_engine"),
-            args.get("container_pull"))
-        if not container:
-            return None
-        problem = containers.mode_problem(launcher_name, scheduler_name)
-        if problem:
-            raise plan.PlanError(problem)
-        container_images.check_settings(
-            nodes, lambda host, variable: self._templar.template(hostvars[host].get(variable)))
-        return container
-
     def _plan(self, args: dict, task_vars: dict) -> dict:
         group = args.get("group") or plan.NODE_GROUP
         groups = task_vars.get("groups", {})
@@ -160,7 +144,9 @@ class ActionModule(ActionBase):
         plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
         chosen_launcher = launcher(args.get("launcher"))
         chosen_scheduler = scheduler(args.get("scheduler"), chosen_launcher)
-        container = self._container(args, nodes, hostvars, chosen_launcher, chosen_scheduler)
+        container = container_images.job_container(
+            args, chosen_launcher, chosen_scheduler, nodes,
+            lambda host, variable: self._templar.template(hostvars[host].get(variable)))
         master_port = plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535)
         max_restarts = plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                minimum=0, maximum=100)
@@ -182,6 +168,7 @@ class ActionModule(ActionBase):
             "launcher": chosen_launcher,
             "scheduler": chosen_scheduler,
             "container": container,
+            "image_lookup": container_images.image_lookup(container),
             "gpus_per_node": plan.parse_positive_int(args.get("gpus_per_node"), "gpus_per_node", minimum=0,
                                                      maximum=64),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.

@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import shutil
 import subprocess
+from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
     LAUNCH_FILE,
@@ -73,6 +75,29 @@ def mode_problem(launcher: str, scheduler: str) -> str:
         return ("launcher=%s does not run inside containers yet (its entry command on node 0 would start the other "
                 "nodes' ranks outside theirs); use torchrun, deepspeed or none with container_image" % launcher)
     return scheduler_of(scheduler).container_problem()
+
+
+def container_facts(engine: str, image: str, which: Callable[[str], str | None] = shutil.which,
+                    run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
+    """Whether the container engine is on the node and which image ID it holds for image ('' when none): the
+    image's .Id as both engines print it (Docker with sha256: in front)."""
+    path = which(engine)
+    facts = {"engine": engine, "path": path or "", "image": image, "image_id": "", "error": ""}
+    if not path:
+        facts["error"] = "%s is not on the node's PATH (provision.yml with container_runtime_enabled=true installs it)" % engine
+        return facts
+    try:
+        done = run([path, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True,
+                   timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts["error"] = "%s image inspect did not answer: %s" % (engine, exc)
+        return facts
+    if done.returncode == 0 and done.stdout.strip():
+        facts["image_id"] = done.stdout.strip().splitlines()[0]
+    elif not re.search(r"no such|not known|unknown|not found", done.stderr, re.I):
+        # Not "the image is absent": the engine itself did not answer (a Docker daemon down, no permission).
+        facts["error"] = "%s image inspect failed: %s" % (engine, done.stderr.strip()[-300:])
+    return facts
 
 
 def container_name(job: str, node_rank: int, run_id: str) -> str:

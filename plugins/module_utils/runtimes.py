@@ -21,6 +21,7 @@ import subprocess
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
     begin_container_stop,
+    container_facts,
     container_leftovers,
     container_of,
     end_attempt_container,
@@ -36,6 +37,10 @@ class HostRuntime:
     # Whether the training Python, torch and the launcher are the node's own, so that the node's probe checks them;
     # in a container they are the image's, checked by starting the image once (roles/job/tasks/train/image.yml).
     runs_node_python = True
+
+    def probe(self, engine: str, image: str) -> dict:  # pylint: disable=unused-argument
+        """What the node's probe reports of the runtime (node_probe's container): nothing on the host."""
+        return {}
 
     def launch_block(self, spec: dict, job_dir: str, env_files: list[str]) -> str:  # pylint: disable=unused-argument
         """The shell lines at the top of launch.sh that run the rest of it elsewhere ('' on the host)."""
@@ -67,6 +72,9 @@ class ContainerRuntime(HostRuntime):
     name = "container"
     runs_node_python = False
 
+    def probe(self, engine: str, image: str) -> dict:
+        return container_facts(engine, image)
+
     def launch_block(self, spec: dict, job_dir: str, env_files: list[str]) -> str:
         return render_block(spec, job_dir, env_files)
 
@@ -94,5 +102,6 @@ def runtime_of(spec: dict) -> HostRuntime:
 
 
 def runtime_for(container: object) -> HostRuntime:
-    """The runtime of a job with these container settings (an engine, or the plan's container; empty: the host)."""
+    """The runtime of a job with these container settings (an engine, an image, or the plan's container; empty: the
+    host)."""
     return ContainerRuntime() if container else HostRuntime()

@@ -174,4 +174,8 @@ plan:
         - The job's container image, or null - C(engine), C(image), C(pull), C(archive) and C(archive_image_id)
           (null without an archive), and C(lookup), what the nodes look the image up by (an archive's image ID).
       type: dict
+    image_lookup:
+      description: What each node's probe looks the job's image up by (the container's C(lookup)); empty for a job
+        on the host, whose probe looks at no container engine.
+      type: str
 """

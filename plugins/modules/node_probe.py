@@ -52,11 +52,13 @@ options:
     elements: path
     default: []
   container_engine:
-    description: Look for this container engine (C(docker) or C(podman)) and the image ID it holds for O(container_image).
+    description: The container engine (C(docker) or C(podman), or a path to one) that O(container_image) is looked up with.
     type: str
-    default: ""
+    default: docker
   container_image:
-    description: The image (a reference or an ID) to look up with O(container_engine).
+    description:
+      - The job's container image (a reference or an ID). Given, the probe looks for O(container_engine) and the
+        image ID it holds for the image; empty, the job runs on the host and the probe looks at no engine.
     type: str
     default: ""
   extra_ports:
@@ -130,9 +132,9 @@ env_file_names:
   sample: [GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME]
 container:
   description:
-    - With O(container_engine), the engine's C(path) on the node (empty when it is not there), the C(image_id) it
-      holds for O(container_image) (empty when none) and an C(error) when the engine did not answer.
-  returned: when O(container_engine) is given
+    - With O(container_image), the engine's C(path) on the node (empty when it is not there), the C(image_id) it
+      holds for the image (empty when none) and an C(error) when the engine did not answer; without, empty.
+  returned: always
   type: dict
   sample: {"engine": "podman", "path": "/usr/bin/podman", "image": "localhost/train:1", "image_id": "4c0f...", "error": ""}
 port_in_use:
@@ -144,7 +146,14 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import free_ports, jobs, netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import (
+    free_ports,
+    jobs,
+    netinfo,
+    node,
+    nvidia_node,
+    runtimes,
+)
 
 
 def main() -> None:
@@ -159,7 +168,7 @@ def main() -> None:
             "launcher": {"type": "str", "default": "torchrun"},
             "address": {"type": "str"},
             "env_files": {"type": "list", "elements": "path", "default": []},
-            "container_engine": {"type": "str", "default": ""},
+            "container_engine": {"type": "str", "default": "docker"},
             "container_image": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
@@ -176,8 +185,9 @@ def main() -> None:
     result["hostname_address"] = netinfo.hostname_address()
     result["env_file_names"] = node.env_file_names(params["env_files"])
     result["launcher_missing"] = node.launcher_missing(params["launcher"], result["python"])
-    if params["container_engine"]:
-        result["container"] = node.container_facts(params["container_engine"], params["container_image"])
+    # The runtime says what there is to probe of it: an image's engine and ID, nothing on the host.
+    result["container"] = runtimes.runtime_for(params["container_image"]).probe(params["container_engine"],
+                                                                              params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:

@@ -20,7 +20,7 @@ import os
 import re
 import tarfile
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
@@ -99,6 +99,39 @@ def plan_container(image: Any, archive: Any, engine: Any, pull: Any) -> dict[str
     # What the nodes look the image up by: an archive's image by its ID (its tags may name another image there).
     planned["lookup"] = planned["archive_image_id"] or planned["image"]
     return planned
+
+
+def job_container(args: Mapping[str, Any], launcher: str, scheduler: str, hosts: Sequence[str],
+                  read: Callable[[str, str], Any]) -> dict[str, Any] | None:
+    """The container image every node's part of the job runs in (plan_container from job_plan's arguments), or
+    None for a job on the host; refused for a launcher or scheduler that cannot run in one, or for a node's bad
+    list-valued container settings (read(host, variable) gives the inventory's value)."""
+    container = plan_container(args.get("container_image"), args.get("container_image_archive"),
+                               args.get("container_engine"), args.get("container_pull"))
+    if container is None:
+        return None
+    problem = containers.mode_problem(launcher, scheduler)
+    if problem:
+        raise PlanError(problem)
+    check_settings(hosts, read)
+    return container
+
+
+def image_lookup(container: Mapping[str, Any] | None) -> str:
+    """What each node's probe looks the job's image up by ('' for a job on the host: no engine is looked at)."""
+    return str(container["lookup"]) if container else ""
+
+
+def node_container(container: Mapping[str, Any] | None, engine: str, held: Any, gpus: bool, volumes: Any = None,
+                   ulimits: Any = None, run_args: Any = None, check_mode: bool = False) -> dict[str, Any] | None:
+    """One node's container as the launch module's ``container`` option takes it: the plan's image, the node's
+    engine, the image ID it holds and its settings; None for a job on the host. In check mode an image still to
+    be pulled has no ID yet: zeros stand in for it."""
+    if not container:
+        return None
+    found = image_id(held) or ("0" * 64 if check_mode else "")
+    return {"engine": str(engine), "image": str(container["image"]), "image_id": found, "gpus": bool(gpus),
+            "volumes": list(volumes or []), "ulimits": list(ulimits or []), "run_args": list(run_args or [])}
 
 
 def setting_list(host: str, variable: str, value: Any) -> list[str]:

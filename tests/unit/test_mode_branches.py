@@ -35,7 +35,7 @@ CONTAINER_STRATEGY = {
 }
 
 # The places left, each with why. The issue's target is at most 3 places for each mode: Slurm's three (node_plan's
-# line is a message inside the block the strategy opens); containers have six, three over (issue 26 stays open).
+# line is a message inside the block the strategy opens); containers' two.
 SLURM_PLACES = {
     # The Slurm node table is read before the plan decides (a task of the role, so it shows in the play).
     "roles/job/tasks/train/preflight.yml",
@@ -49,12 +49,6 @@ SLURM_PLACES = {
 CONTAINER_PLACES = {
     # The image phase runs only for a job in an image (one skipped line otherwise).
     "roles/job/tasks/train.yml",
-    # The probe is asked about the engine and the image; the probe reads them only when asked.
-    "roles/job/tasks/train/preflight.yml", "plugins/modules/node_probe.py",
-    # The launch gets the image's settings and ID.
-    "roles/job/tasks/train/launch_node.yml",
-    # The planner decides whether the job runs in an image at all.
-    "plugins/action/job_plan.py",
     # Not the runtime: export writes the image into the exported job (formats that need one refuse without).
     "plugins/plugin_utils/export.py",
 }
@@ -99,7 +93,11 @@ def test_a_container_is_tested_only_in_the_runtime_strategy_and_the_places_liste
     found = branches(CONTAINER_BRANCH, CONTAINER_STRATEGY)
     assert set(found) <= CONTAINER_PLACES, "a new container branch outside runtimes.py and its files: %s" % {
         name: lines for name, lines in found.items() if name not in CONTAINER_PLACES}
-    # node_plan asks the runtime (runs_node_python), the supervisor, the status and the stop ask runtime_of().
+    # node_plan asks the runtime (runs_node_python), the supervisor, the status and the stop ask runtime_of(), the
+    # probe asks runtime_for() what to probe; the planner asks container_images.job_container() whether there is an
+    # image, and the role hands the probe the plan's image_lookup and the launch node_container()'s result.
     for asks in ("plugins/plugin_utils/node_plan.py", "plugins/module_utils/supervisor.py",
-                 "plugins/module_utils/jobs.py", "plugins/module_utils/attempt.py"):
+                 "plugins/module_utils/jobs.py", "plugins/module_utils/attempt.py", "plugins/modules/node_probe.py",
+                 "plugins/action/job_plan.py", "roles/job/tasks/train/preflight.yml",
+                 "roles/job/tasks/train/launch_node.yml", "roles/job/vars/main.yml"):
         assert asks not in found, found[asks]

@@ -28,7 +28,10 @@ def test_the_runtime_is_chosen_by_the_engine_alone():
 def test_on_the_host_there_is_nothing_to_wrap_record_or_end(monkeypatch):
     for name in ("begin_container_stop", "container_leftovers", "remove_container_leftovers", "end_attempt_container"):
         monkeypatch.setattr(runtimes, name, lambda *args, _name=name: (_ for _ in ()).throw(AssertionError(_name)))
+    monkeypatch.setattr(runtimes, "container_facts", lambda *args: (_ for _ in ()).throw(AssertionError("facts")))
     host = runtimes.runtime_of({})
+    # The node's probe asks the runtime: on the host no engine is looked at.
+    assert runtimes.runtime_for("").probe("docker", "") == {}
     assert host.launch_block({}, "/jobs/j", []) == ""
     assert host.state_fields({}) == {}
     assert host.begin_stop({}) is None  # the attempt signals the run's processes itself
@@ -42,7 +45,11 @@ def test_in_a_container_each_step_goes_through_the_engine(monkeypatch):
     monkeypatch.setattr(runtimes, "end_attempt_container", lambda spec, stopping: calls.append(("end", stopping)))
     monkeypatch.setattr(runtimes, "container_leftovers", lambda spec, job_dir: ["c1"])
     monkeypatch.setattr(runtimes, "remove_container_leftovers", lambda spec, job_dir: calls.append("rm") or ["c1"])
+    monkeypatch.setattr(runtimes, "container_facts", lambda engine, image: {"engine": engine, "image": image})
     box = runtimes.runtime_of(SPEC)
+    # The node's probe asks the runtime chosen by the image it is given: the engine and the image ID it holds.
+    assert runtimes.runtime_for("localhost/train:1").probe("podman", "localhost/train:1") == {
+        "engine": "podman", "image": "localhost/train:1"}
     assert box.launch_block(SPEC, "/jobs/j", []) == containers.render_block(SPEC, "/jobs/j", [])
     assert IMAGE_ID in box.launch_block(SPEC, "/jobs/j", [])
     assert box.state_fields(SPEC) == {"container": containers.container_of(SPEC), "image": SPEC["container_image"],

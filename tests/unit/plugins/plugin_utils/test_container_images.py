@@ -9,7 +9,8 @@ import tarfile
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.filter import container_image
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images, report
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
 
@@ -86,6 +87,46 @@ def test_no_image_is_no_container():
     assert container_images.plan_container("", "", "docker", None) is None
 
 
+def test_the_job_container_is_refused_for_a_mode_that_cannot_run_in_one_and_checks_every_node():
+    args = {"container_image": "train:1", "container_engine": "podman", "container_pull": "never"}
+    asked = []
+
+    def read(host, variable):
+        asked.append(host)
+        return None
+
+    planned = container_images.job_container(args, "torchrun", "ssh", ["node0", "node1"], read)
+    assert planned["image"] == planned["lookup"] == "train:1" and planned["pull"] == "never"
+    assert sorted(set(asked)) == ["node0", "node1"]
+    assert container_images.image_lookup(planned) == "train:1"
+    with pytest.raises(PlanError, match="launcher=mpirun does not run inside containers yet"):
+        container_images.job_container(args, "mpirun", "ssh", ["node0"], read)
+    with pytest.raises(PlanError, match="scheduler=slurm"):
+        container_images.job_container(args, "torchrun", "slurm", ["node0"], read)
+    # Without an image: no container, nothing refused or read, and the probe looks at no engine.
+    asked.clear()
+    assert container_images.job_container({"container_engine": "podman"}, "mpirun", "slurm", ["node0"], read) is None
+    assert asked == [] and container_images.image_lookup(None) == ""
+
+
+def test_a_node_container_is_what_the_launch_takes_and_none_on_the_host():
+    planned = container_images.plan_container("train:1", "", "podman", None)
+    node = container_images.node_container(planned, "docker", "sha256:" + CONFIG_ID, True, ["/data:/data"],
+                                           None, ["--shm-size=1g"])
+    assert node == {"engine": "docker", "image": "train:1", "image_id": CONFIG_ID, "gpus": True,
+                    "volumes": ["/data:/data"], "ulimits": [], "run_args": ["--shm-size=1g"]}
+    # In check mode an image still to be pulled has no ID yet: zeros stand in; a real run keeps the empty ID, which
+    # the launch refuses.
+    assert container_images.node_container(planned, "podman", "", False, check_mode=True)["image_id"] == "0" * 64
+    assert container_images.node_container(planned, "podman", "", False)["image_id"] == ""
+    assert container_images.node_container(None, "podman", CONFIG_ID, True) is None
+    # The preflight's check starts the same container as the launch: the filter takes the node's container.
+    argv = container_image.container_check_argv(node, python="/venv/bin/python")
+    assert argv == container_image.container_check_argv(
+        "docker", CONFIG_ID, gpus=True, volumes=["/data:/data"], run_args=["--shm-size=1g"], python="/venv/bin/python")
+    assert argv[0] == "docker" and CONFIG_ID in argv and "/data:/data" in argv and "--shm-size=1g" in argv
+
+
 def test_every_node_holding_the_same_id_agrees_docker_prefix_or_not():
     held = {"node0": "sha256:" + CONFIG_ID, "node1": CONFIG_ID}
     assert container_images.disagreement(held, ["node0", "node1"], "train:1") == ""
@@ -110,14 +151,14 @@ def test_the_node_probe_reads_the_image_id_and_tells_an_absent_image_from_an_eng
     def run(stdout="", stderr="", returncode=0):
         return lambda cmd, **_kw: subprocess.CompletedProcess(cmd, returncode, stdout=stdout, stderr=stderr)
     which = {"podman": "/usr/bin/podman"}.get
-    facts = node.container_facts("podman", "train:1", which, run(stdout=CONFIG_ID + "\n"))
+    facts = containers.container_facts("podman", "train:1", which, run(stdout=CONFIG_ID + "\n"))
     assert facts["image_id"] == CONFIG_ID and facts["error"] == "" and facts["path"] == "/usr/bin/podman"
-    facts = node.container_facts("podman", "train:1", which, run(stderr="Error: train:1: image not known", returncode=125))
+    facts = containers.container_facts("podman", "train:1", which, run(stderr="Error: train:1: image not known", returncode=125))
     assert facts["image_id"] == "" and facts["error"] == ""
-    facts = node.container_facts("docker", "t", {"docker": "/usr/bin/docker"}.get, run(
+    facts = containers.container_facts("docker", "t", {"docker": "/usr/bin/docker"}.get, run(
         stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock", returncode=1))
     assert "docker image inspect failed: Cannot connect to the Docker daemon" in facts["error"]
-    assert "is not on the node's PATH" in node.container_facts("docker", "t", lambda _name: None)["error"]
+    assert "is not on the node's PATH" in containers.container_facts("docker", "t", lambda _name: None)["error"]
 
 
 def test_the_report_names_the_container_and_its_exit_code_and_shows_image_columns():
