@@ -13,6 +13,7 @@ Shipped to the nodes as part of the supervisor; standard library only, Python 3.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     Defaults,
     HeartbeatPhase,
     JobState,
+    PartOutcome,
     StopReason,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime
@@ -102,7 +104,7 @@ class Attempt:
                 close_fds=True,
             )
 
-    def follow(self) -> dict:
+    def follow(self) -> PartOutcome:
         """Start nothing; follow node 0's part of this attempt and end this node's ranks when it ends or fails."""
         node = self.node
         node.begin_attempt()
@@ -125,18 +127,14 @@ class Attempt:
         # Whatever of the run is still on this node is ended: node 0's launcher is done with it, or it must stop.
         node.ranks.close()
         end_run(node.token, node.grace_s)
-        outcome = {"attempt": node.attempt, "master_port": self.port, "ended_at": time.time(),
-                   "first_exit_at": node.ranks.first_exit_at, "exit_code": 0, "signal": None,
-                   "outcome": JobState.SUCCEEDED}
-        if stopping is not None:
-            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for,
-                           exit_code=1)
-        elif leader.get("outcome") != JobState.SUCCEEDED:
-            reason = "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader)
-            outcome.update(outcome=JobState.STOPPED, reason=reason, stopped_for=gang.host(0), exit_code=1)
-        return outcome
+        ended = PartOutcome(JobState.SUCCEEDED, 0, attempt=node.attempt, master_port=self.port, ended_at=time.time(),
+                            first_exit_at=node.ranks.first_exit_at)
+        if stopping is None and leader.get("outcome") != JobState.SUCCEEDED:
+            stopping = StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader),
+                                  gang.host(0))
+        return ended if stopping is None else ended.stopped(stopping, exit_code=1)
 
-    def run(self) -> dict:
+    def run(self) -> PartOutcome:
         """Run the launch script once; return this node's outcome of the attempt."""
         node = self.node
         node.begin_attempt()
@@ -166,7 +164,7 @@ class Attempt:
                 killed = True
         return self._ended(child, stopping, stop_decided_at)
 
-    def _ended(self, child: subprocess.Popen, stopping: StopReason | None, stop_decided_at: float) -> dict:
+    def _ended(self, child: subprocess.Popen, stopping: StopReason | None, stop_decided_at: float) -> PartOutcome:
         """The launcher has exited: end what is left of the run and say how this node's part of it ended."""
         node = self.node
         returncode = child.returncode
@@ -177,20 +175,21 @@ class Attempt:
         self.engine_stop = None
         # The launcher is gone; whatever of the run outlived it is ended now.
         end_run(node.token, min(node.grace_s, 5.0))
-        outcome = {
-            "attempt": node.attempt,
-            "master_port": self.port,
-            "exit_code": returncode if returncode >= 0 else 128 - returncode,
-            "signal": signal_name(-returncode) if returncode < 0 else None,
-            "ended_at": time.time(),
-            "first_exit_at": node.ranks.first_exit_at,
-            "outcome": JobState.SUCCEEDED if returncode == 0 else JobState.FAILED,
-        }
-        if stopping is not None and failed_before(stopping, returncode, node.ranks.first_exit_at, stop_decided_at):
-            outcome["rank_ended_first"] = True  # the launcher's own end came after the stop: not what failed
-        elif stopping is not None:
-            outcome.update(outcome=stopping.outcome, reason=stopping.reason, stopped_for=stopping.stopped_for)
-        return outcome
+        ended = PartOutcome(
+            JobState.SUCCEEDED if returncode == 0 else JobState.FAILED,
+            returncode if returncode >= 0 else 128 - returncode,
+            attempt=node.attempt,
+            master_port=self.port,
+            ended_at=time.time(),
+            first_exit_at=node.ranks.first_exit_at,
+            signal=signal_name(-returncode) if returncode < 0 else None,
+        )
+        if stopping is None:
+            return ended
+        if failed_before(stopping, returncode, node.ranks.first_exit_at, stop_decided_at):
+            # A rank of this node had ended before the gang's news came: the part failed on its own.
+            return dataclasses.replace(ended, rank_ended_first=True)
+        return ended.stopped(stopping)
 
     def _terminate(self) -> None:
         """Ask the run to end: its container through the engine (stop: SIGTERM to the container's init, which passes

@@ -9,6 +9,7 @@ supervisor.shipped_source); standard library only, Python 3.8+."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 
 STATE_FILE = "state.json"
@@ -26,7 +27,7 @@ PORTS_VAR = "GPUFLEET_PORTS"
 
 def stop_request(reason: str, stopped_for: str | None = None) -> str:
     """The stop request file's text: the reason on its first line; with stopped_for, a second line naming the node
-    whose failure the stop is for (the controller's wait stops a part so when it hears of a failure first)."""
+    whose failure the stop is for (job_stop's stopped_for)."""
     return reason.replace("\n", " ") + "\n" + ("stopped_for=%s\n" % stopped_for if stopped_for else "")
 
 
@@ -101,6 +102,36 @@ FAILURE_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState
 # Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and
 # the node whose failure stopped it (None when it is not another node's).
 StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for"))
+
+
+@dataclasses.dataclass(frozen=True)
+class PartOutcome:  # pylint: disable=too-many-instance-attributes
+    """What one node's part of one attempt ended with: the state it ended in (succeeded, failed, stopped or hung),
+    the launcher's exit code and signal, why it was stopped and for which node's failure, and when its first rank
+    exited. state.json keeps one per attempt (``as_dict()``, under "attempts"); the supervisor's last state and its
+    ENDED heartbeat are read from the last one."""
+
+    outcome: JobState
+    exit_code: int
+    attempt: int = 0
+    master_port: int | None = None
+    ended_at: float | None = None
+    first_exit_at: float | None = None
+    signal: str | None = None
+    reason: str | None = None
+    stopped_for: str | None = None
+    # A rank of this node had ended, and its launcher failed, before another node's failure stopped the part: the
+    # part failed on its own (gang_rules.failed_before); which failure came first is the report's to decide.
+    rank_ended_first: bool = False
+
+    def stopped(self, stop: StopReason, **changes: object) -> PartOutcome:
+        """The same part, ended by the stop (its outcome, reason and the node stopped for)."""
+        return dataclasses.replace(self, outcome=stop.outcome, reason=stop.reason, stopped_for=stop.stopped_for,
+                                   **changes)
+
+    def as_dict(self) -> dict:
+        """The part as state.json and the gang's news hold it (the outcome under "outcome", as its word)."""
+        return dataclasses.asdict(self)
 
 
 class Defaults:

@@ -79,6 +79,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     Defaults,
     HeartbeatPhase,
     JobState,
+    PartOutcome,
     StopReason,
     read_stop_request,
 )
@@ -115,7 +116,8 @@ class Supervisor:
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
         self.attempt = 1
-        self.outcome: dict = {}
+        # How this node's part of the latest attempt ended (None before the first has).
+        self.ended: PartOutcome | None = None
         self.last_output = time.monotonic()
         self.log_size = -1
         # The log's size when the attempt started: output beyond it is the attempt's own.
@@ -170,7 +172,7 @@ class Supervisor:
         if not force and time.monotonic() < self.next_beat:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
-        outcome = self.outcome if phase == HeartbeatPhase.ENDED else {}
+        outcome = self.ended.as_dict() if phase == HeartbeatPhase.ENDED and self.ended is not None else {}
         self.gang.send({
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
@@ -250,12 +252,12 @@ class Supervisor:
         'succeeded' (every part succeeded), 'failed' (a part failed: a restart may help), 'stopped' (stopped
         by a user, or hung: no restart) or 'lost' (a node stopped answering: no restart either).
         """
-        parts = [self.outcome]
+        parts = [self.ended.as_dict()]
         if self.gang.peers():
             self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
             # with no restart left (or was stopped) has told the others, and this node is done.
-            final = self.outcome.get("outcome") != JobState.SUCCEEDED and not self._may_restart()
+            final = self.ended.outcome != JobState.SUCCEEDED and not self._may_restart()
             if not final:
                 self.save(phase="this node's part has ended; waiting for the other nodes")
             while self.stop_reason is None and not final:
@@ -286,9 +288,9 @@ class Supervisor:
         try:
             self._join_gang()
         except OSError as exc:
-            self.outcome = {"outcome": JobState.FAILED, "exit_code": 1, "reason": "cannot join the gang: %s" % exc}
+            self.ended = PartOutcome(JobState.FAILED, 1, reason="cannot join the gang: %s" % exc)
             self._write_exit_code(1)
-            self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.outcome["reason"])
+            self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.ended.reason)
             return 1
         self.save()
         while True:
@@ -296,8 +298,8 @@ class Supervisor:
             if self.attempt > 1:
                 self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
             attempt = Attempt(self, port)
-            self.outcome = attempt.follow() if self._follower() else attempt.run()
-            self.state["attempts"].append(self.outcome)
+            self.ended = attempt.follow() if self._follower() else attempt.run()
+            self.state["attempts"].append(self.ended.as_dict())
             gang = self._await_peers()
             retry = gang == JobState.FAILED and self._may_restart()
             if not retry:
@@ -309,16 +311,17 @@ class Supervisor:
     def _finish(self, gang: str) -> int:
         self.state.pop("phase", None)
         # exit_code first: whoever sees the final state in state.json finds exit_code there too.
-        self._write_exit_code(self.outcome["exit_code"])
+        ended = self.ended
+        self._write_exit_code(ended.exit_code)
         self.save(
-            state=self.outcome["outcome"],
-            exit_code=self.outcome["exit_code"],
-            signal=self.outcome.get("signal"),
-            ended_at=self.outcome["ended_at"],
-            first_exit_at=self.outcome.get("first_exit_at"),
-            rank_ended_first=bool(self.outcome.get("rank_ended_first")),
-            stop_reason=self.outcome.get("reason") or self.stop_reason,
-            stopped_for=self.outcome.get(STOPPED_FOR),
+            state=ended.outcome,
+            exit_code=ended.exit_code,
+            signal=ended.signal,
+            ended_at=ended.ended_at,
+            first_exit_at=ended.first_exit_at,
+            rank_ended_first=ended.rank_ended_first,
+            stop_reason=ended.reason or self.stop_reason,
+            stopped_for=ended.stopped_for,
             gang=gang,
             # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
             # report orders it by this even when this node ended before counting it lost.
@@ -331,7 +334,7 @@ class Supervisor:
                 self._beat(HeartbeatPhase.ENDED, final=True, force=True)
                 time.sleep(FAREWELL_GAP_S)
         self.gang.close()
-        return int(self.outcome["exit_code"])
+        return int(ended.exit_code)
 
     def _write_exit_code(self, exit_code: int) -> None:
         with open(os.path.join(self.job_dir, EXIT_CODE_FILE), "w") as handle:

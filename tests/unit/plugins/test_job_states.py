@@ -1,8 +1,12 @@
 """One vocabulary of job states (job_states.JobState): the controller side imports it and keeps no copy."""
 
 import ast
+import dataclasses
 import glob
+import json
 import os
+
+import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
     ACTIVE_STATES,
@@ -11,7 +15,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     GANG_FAILURE_STATES,
     HeartbeatPhase,
     JobState,
+    PartOutcome,
     STOPPED_FOR,
+    StopReason,
     WAIT_ENDED_STATES,
 )
 
@@ -105,3 +111,19 @@ def test_a_stop_request_carries_its_reason_and_the_node_it_is_for():
     assert read_stop_request(stop_request("two\nlines")) == ("two lines", None)  # a reason cannot forge the second
     assert read_stop_request("stopped by request\n") == ("stopped by request", None)  # as older versions wrote it
     assert read_stop_request("") == ("", None)
+
+
+def test_a_parts_outcome_is_typed_and_reads_back_as_state_json_keeps_it():
+    ended = PartOutcome(JobState.FAILED, 7, attempt=2, master_port=29501, ended_at=10.5, first_exit_at=9.0)
+    stored = json.loads(json.dumps(ended.as_dict()))
+    # The keys state.json's "attempts", the report and the gang's news read, the state as its word.
+    assert stored == {"outcome": "failed", "exit_code": 7, "attempt": 2, "master_port": 29501, "ended_at": 10.5,
+                      "first_exit_at": 9.0, "signal": None, "reason": None, STOPPED_FOR: None,
+                      "rank_ended_first": False}
+    # A stop keeps what the attempt was and says why, and for which node.
+    stopped = ended.stopped(StopReason(JobState.STOPPED, "node1 failed", "node1"), exit_code=1)
+    assert (stopped.outcome, stopped.reason, stopped.stopped_for, stopped.exit_code, stopped.attempt) == (
+        JobState.STOPPED, "node1 failed", "node1", 1, 2)
+    assert ended.outcome == JobState.FAILED  # the original is unchanged: an outcome is a value
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ended.exit_code = 0  # type: ignore[misc]
