@@ -64,3 +64,42 @@ def test_readme_documents_every_default(role):
     text = open(readme).read()
     missing = [name for name in load(role, "defaults", "main.yml") or {} if "`%s`" % name not in text]
     assert missing == [], "%s README does not document %s" % (role, missing)
+
+
+# Issue 26: the job role hands its phases' results from file to file only where one phase's output is the next one's
+# input; each such fact is listed here with the files that share it, and a new one fails.
+JOB_FACTS_ACROSS_FILES = {
+    # The probe (preflight.yml) and the plan: every later phase reads them (through vars/main.yml's names).
+    "__job_probe": None,
+    "__job_plan": None,
+    "__job_nodes": None,
+    # The Slurm node table, read by slurm_preflight.yml (Slurm only), is what the plan's decision reads.
+    "__job_slurm_nodes": {"train/preflight.yml", "train/slurm_preflight.yml"},
+    # The image ID each node holds, found by the image phase, goes into the node's container (vars/main.yml).
+    "__job_image_id": {"train/image.yml", "vars/main.yml"},
+    # The submitted Slurm job's id, which the launch releases and a failed launch cancels (vars/main.yml).
+    "__job_sbatch": {"train/launch_slurm.yml", "vars/main.yml"},
+    # The launch's result: the log the wait fetches and what the report shows of a job not waited for.
+    "__job_launch": {"train/launch_node.yml", "train/wait.yml"},
+}
+
+
+def test_the_job_roles_phases_share_no_fact_but_their_results():
+    root = os.path.join(REPO, "roles", "job")
+    users: dict = {}
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".yml"):
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, root).replace(os.sep, "/").replace("tasks/", "", 1)
+                with open(path) as handle:
+                    for fact in set(re.findall(r"\b__job_[a-z_]+\b", handle.read())):
+                        users.setdefault(fact, set()).add(relative)
+    across = {fact: files for fact, files in users.items() if len(files) > 1}
+    assert set(across) <= set(JOB_FACTS_ACROSS_FILES), "a fact of the job role read outside the file that sets it: %s" % {
+        fact: sorted(files) for fact, files in across.items() if fact not in JOB_FACTS_ACROSS_FILES}
+    for fact, files in JOB_FACTS_ACROSS_FILES.items():
+        assert files is None or across.get(fact, set()) <= files, (fact, across.get(fact))
+    # The heartbeats' key and the forced stop's result stay in the file that makes them.
+    assert "__job_gang_key" in users and "__job_gang_key" not in across
+    assert "__job_forced_stop" in users and "__job_forced_stop" not in across
