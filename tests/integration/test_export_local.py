@@ -58,3 +58,25 @@ def test_the_same_container_image_as_train_yml_and_a_folder_as_dest(local):
     master = yaml.safe_load(written.read_text())["spec"]["pytorchReplicaSpecs"]["Master"]
     assert master["template"]["spec"]["containers"][0]["image"] == "registry.example/train:2"
     assert "max_restarts=1 with format=pytorchjob restarts each failed pod in place" in " ".join(run.out.split())
+
+
+def test_the_inventorys_launcher_is_the_exported_jobs_as_it_is_train_ymls(local):
+    """gpufleet_launcher set for the nodes chooses the exported job's launcher, as it does train.yml's; -e launcher
+    still wins over it."""
+    dest = local.root / "train-mpijob.yaml"
+    common = ("export.yml", "-e", "script=/workspace/train.py", "-e", "format=mpijob",
+              "-e", "container_image=registry.example/train:3", "-e", "dest=%s" % dest)
+    run = local.playbook(*common, "-e", "gpufleet_launcher=horovodrun")
+    assert run.rc == 0, run.out[-2000:]
+    launcher = yaml.safe_load(dest.read_text())["spec"]["mpiReplicaSpecs"]["Launcher"]
+    assert "exec horovodrun -np 2 " in launcher["template"]["spec"]["containers"][0]["command"][2]
+    run = local.playbook(*common, "-e", "gpufleet_launcher=horovodrun", "-e", "launcher=mpirun")
+    assert run.rc == 0, run.out[-2000:]
+    launcher = yaml.safe_load(dest.read_text())["spec"]["mpiReplicaSpecs"]["Launcher"]
+    script = launcher["template"]["spec"]["containers"][0]["command"][2]
+    assert "exec mpirun " in script and "horovodrun" not in script
+    # The same inventory launcher that format=sbatch cannot carry is refused naming it, as -e launcher would be.
+    run = local.playbook("export.yml", "-e", "script=train.py", "-e", "format=sbatch", "-e", "gpufleet_launcher=mpirun",
+                         "-e", "dest=%s" % (local.root / "out.sbatch"))
+    assert run.rc != 0 and "launcher: format=sbatch starts the ranks with torchrun or none, not mpirun" in run.out, \
+        run.out[-2000:]
