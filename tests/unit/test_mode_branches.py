@@ -34,13 +34,11 @@ CONTAINER_STRATEGY = {
     "roles/job/tasks/train/image.yml",
 }
 
-# The places left, each with why. The issue's target is at most 3 places for each mode: Slurm's three (node_plan's
+# The places left, each with why. The issue's target is at most 3 places for each mode: Slurm's two (node_plan's
 # line is a message inside the block the strategy opens); containers' two.
 SLURM_PLACES = {
     # The Slurm node table is read before the plan decides (a task of the role, so it shows in the play).
     "roles/job/tasks/train/preflight.yml",
-    # A launch that failed cancels the Slurm job it submitted.
-    "roles/job/tasks/train/abort.yml",
     # The controller's light status poll settles Slurm's state when the node's status script read it.
     "plugins/plugin_utils/job_poll.py",
     # Inside the block that the scheduler strategy's allocates_nodes opens (the message of a missing answer).
@@ -83,10 +81,9 @@ def test_slurm_is_tested_only_in_the_scheduler_strategy_and_the_places_listed():
     found = branches(SLURM_BRANCH, SLURM_STRATEGY)
     assert set(found) <= SLURM_PLACES, "a new Slurm branch outside schedulers.py and its files: %s" % {
         name: lines for name, lines in found.items() if name not in SLURM_PLACES}
-    # The role's own tasks that name Slurm outside its launch file: the node-table read and the cancel after a
-    # failed launch.
-    assert [name for name in found if name.startswith("roles/")] == [
-        "roles/job/tasks/train/abort.yml", "roles/job/tasks/train/preflight.yml"], found
+    # The role's own task that names Slurm outside its launch file: the node-table read (a failed launch's cancel is
+    # launch_slurm.yml's own rescue).
+    assert [name for name in found if name.startswith("roles/")] == ["roles/job/tasks/train/preflight.yml"], found
 
 
 def test_a_container_is_tested_only_in_the_runtime_strategy_and_the_places_listed():

@@ -77,8 +77,6 @@ JOB_FACTS_ACROSS_FILES = {
     "__job_slurm_nodes": {"train/preflight.yml", "train/slurm_preflight.yml"},
     # The image ID each node holds, found by the image phase, goes into the node's container (vars/main.yml).
     "__job_image_id": {"train/image.yml", "vars/main.yml"},
-    # The submitted Slurm job's id, which the launch releases and a failed launch cancels (vars/main.yml).
-    "__job_sbatch": {"train/launch_slurm.yml", "vars/main.yml"},
     # The launch's result: the log the wait fetches and what the report shows of a job not waited for.
     "__job_launch": {"train/launch_node.yml", "train/wait.yml"},
 }
@@ -100,6 +98,6 @@ def test_the_job_roles_phases_share_no_fact_but_their_results():
         fact: sorted(files) for fact, files in across.items() if fact not in JOB_FACTS_ACROSS_FILES}
     for fact, files in JOB_FACTS_ACROSS_FILES.items():
         assert files is None or across.get(fact, set()) <= files, (fact, across.get(fact))
-    # The heartbeats' key and the forced stop's result stay in the file that makes them.
-    assert "__job_gang_key" in users and "__job_gang_key" not in across
-    assert "__job_forced_stop" in users and "__job_forced_stop" not in across
+    # The heartbeats' key, the forced stop's result and the submitted Slurm job stay in the file that makes them.
+    for local in ("__job_gang_key", "__job_forced_stop", "__job_sbatch"):
+        assert local in users and local not in across, (local, users.get(local))
