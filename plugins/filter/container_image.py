@@ -14,7 +14,7 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_
 
 DOCUMENTATION = r"""
 name: container_image
-short_description: A job's container image - its ID (image_id), whether the nodes agree (image_disagreement), a node's container (node_container), the preflight's check (container_check_argv)
+short_description: A job's container image - its ID, whether the nodes agree, a node's container, the preflight's check
 version_added: 0.1.0
 description:
   - C(image_id) returns an image ID as both engines print it, without Docker's C(sha256:) in front, or an empty

@@ -81,4 +81,3 @@ def env_file_names(paths: Iterable[str]) -> list[str]:
         except OSError:
             continue
     return sorted(names)
-

@@ -186,8 +186,8 @@ def main() -> None:
     result["env_file_names"] = node.env_file_names(params["env_files"])
     result["launcher_missing"] = node.launcher_missing(params["launcher"], result["python"])
     # The runtime says what there is to probe of it: an image's engine and ID, nothing on the host.
-    result["container"] = runtimes.runtime_for(params["container_image"]).probe(params["container_engine"],
-                                                                              params["container_image"])
+    runtime = runtimes.runtime_for(params["container_image"])
+    result["container"] = runtime.probe(params["container_engine"], params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
     if params["pick_port"]:
