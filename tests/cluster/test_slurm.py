@@ -205,28 +205,32 @@ def test_check_mode_submits_nothing_and_writes_no_job_folder(slurm_cluster, slur
 
 
 def test_a_launch_that_fails_on_one_node_cancels_the_submitted_slurm_job(slurm_cluster, slurm_train):
-    """The job is submitted held, then node9's launch fails (its jobs folder would lie under a file, which the
-    probe cannot tell): the play fails naming node9, the Slurm job is cancelled (launch_slurm.yml's rescue), and
+    """The job is submitted held, then node9's launch fails (its jobs folder's path is a file there, which the probe
+    does not look into): the play fails naming node9, the Slurm job is cancelled (launch_slurm.yml's rescue), and
     no part of the job is left queued or running on any node (abort.yml). What this does not check: a failure of
     scancel itself, which the failure message would add."""
-    job = "sl-abort"
-    hosts = {name: dict(entry or {}) for name, entry in slurm_train["hosts"].items()}
-    hosts["node9"]["gpufleet_jobs_dir"] = "/etc/hostname/jobs"
-    inventory = _inventory_with(slurm_cluster, "slurm-abort.yml", hosts)
-    # The script travels inside the launch (a single small file): nothing is copied before the submit.
-    run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
-                                 "-e", "script_args='--steps 400'", inventory=inventory)
+    job, jobs_dir = "sl-abort", "/srv/gpufleet-jobs"  # the same path on every node, as Slurm's batch script needs
+    slurm_cluster.node_exec("node9", "touch", jobs_dir, check=True)
+    try:
+        # The script travels inside the launch (a single small file): nothing is copied before the submit.
+        run = slurm_cluster.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, *SLURM,
+                                     "-e", "script_args='--steps 400'", "-e", "gpufleet_jobs_dir=%s" % jobs_dir)
+    finally:
+        slurm_cluster.node_exec("node9", "rm", "-f", jobs_dir, check=True)
     assert run.rc != 0, run.out[-3000:]
-    flat = run.out.replace("\n    ", " ")
+    flat = " ".join(run.out.split())
     assert "node9: the launch failed, so the job was stopped on every node" in flat, run.out[-3000:]
     queue = slurm_cluster.node_exec("node7", "squeue", "--noheader", "--all", "--states=all", "--name=%s" % job,
                                     "--format=%i %T").stdout.decode().split()
     assert len(queue) == 2 and queue[1] == "CANCELLED", (queue, run.out[-3000:])
     assert "JobState=CANCELLED" in _slurm_job(slurm_cluster, queue[0])
     assert not slurm_cluster.view.processes(job), slurm_cluster.view.describe(job)
+    # The parts node7 and node8 had queued never started; their status settles on Slurm's word: stopped.
+    status = slurm_cluster.playbook("status.yml", "-e", "job=%s" % job, "-e", "gpufleet_jobs_dir=%s" % jobs_dir)
     for node in ("node7", "node8"):
-        state = slurm_cluster.view.job_state(node, job) or {}
-        assert state.get("state") == "stopped", (node, state)
+        row = _table_row(status.out, node)
+        assert row and row[3] == "stopped", (node, status.out[-2000:])
+        slurm_cluster.node_exec(node, "rm", "-rf", jobs_dir, check=True)
 
 
 def test_status_shows_both_states_and_stop_cancels_a_detached_job(slurm_cluster, slurm_train):
