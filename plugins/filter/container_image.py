@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, launch_options
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images
 
 DOCUMENTATION = r"""
@@ -112,11 +112,8 @@ def container_check_argv(container: Any, image_id: str = "", gpus: bool = False,
         # The engine, with the settings as keyword arguments (the form before node_container).
         container = {"engine": container, "image_id": image_id, "gpus": gpus, "volumes": volumes,
                      "ulimits": ulimits, "run_args": run_args}
-    spec = {"container_engine": str(container["engine"]), "container_image_id": str(container["image_id"]),
-            "container_gpus": bool(container.get("gpus")), "container_volumes": list(container.get("volumes") or []),
-            "container_ulimits": list(container.get("ulimits") or []),
-            "container_run_args": list(container.get("run_args") or [])}
-    return containers.check_argv(spec, str(python), bool(needs_torch))
+    # The container's settings under the JobSpec names, as the launch module reads its own container option.
+    return containers.check_argv(launch_options.flat({"container": container}), str(python), bool(needs_torch))
 
 
 class FilterModule:
