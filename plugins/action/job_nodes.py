@@ -11,6 +11,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, node_plan
 
@@ -32,14 +33,17 @@ class ActionModule(ActionBase):
         hostvars = task_vars["hostvars"]
         probes: dict[str, dict] = {}
         gpus: dict[str, Any] = {}
+        acknowledged: dict[str, Any] = {}
         for host in plan["hosts"]:
             found = hostvars[host]
             probe = found.get(PROBE_VARIABLE)
             if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):
                 probes[host] = dict(self._templar.template(probe))
             gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
+            acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
         settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),
-                                          gpus=gpus)
+                                          gpus=gpus, acknowledged=acknowledged,
+                                          allow_busy=bool(args["allow_busy_gpus"]))
         decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
         result.update(changed=False, decided=decided.as_dict())
         return result

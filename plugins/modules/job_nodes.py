@@ -16,7 +16,8 @@ description:
   - The second half of a job's plan. Runs once on the controller after M(gpufleet.cluster.node_probe) has run on
     every node, reads all the probes (each host's registered C(__job_probe)) and decides what depends on the
     nodes - each node's first problem (container engine, training Python and torch, the interface Gloo and NCCL
-    advertise, the launcher, C(nproc_per_node) against the node's GPUs, a rendezvous port in use), the nodes where
+    advertise, the launcher, the GPU health gate's refusals, C(nproc_per_node) against the node's GPUs, a
+    rendezvous port in use), the GPU health gate's warnings, the nodes where
     the job is still running and the refusal unless O(force), each node's number of ranks (C(nproc_per_node),
     else the host's C(gpufleet_gpus), else the GPUs its probe found), the world size, the rendezvous and relaunch
     ports, and under C(scheduler=slurm) what the job asks of Slurm's nodes (from O(slurm_answer)).
@@ -45,6 +46,10 @@ options:
     description: The container engine as the user named it (C(gpufleet_container_engine)), for the messages.
     type: str
     default: docker
+  allow_busy_gpus:
+    description: A GPU the job takes that another process holds is let through (shared) instead of refused.
+    type: bool
+    default: false
   slurm_answer:
     description:
       - Under C(scheduler=slurm), the result of C(scontrol --oneliner show node) run on the master (a command
@@ -108,4 +113,11 @@ decided:
       description: What the job asks of Slurm (C(problem), C(slurm_nodes), C(cpus_per_node), C(gpus_per_node)),
         or null when not under Slurm.
       type: dict
+    gpu_warnings:
+      description: The GPU health gate's warnings (a narrow PCIe link, clocks held down), by host.
+      type: dict
+    no_gpu:
+      description: The hosts with no GPU to check (no nvidia-smi and none on the PCI bus).
+      type: list
+      elements: str
 """

@@ -61,6 +61,22 @@ options:
         image ID it holds for the image; empty, the job runs on the host and the probe looks at no engine.
     type: str
     default: ""
+  gpu_health:
+    description:
+      - Read the GPUs' health (nvidia-smi's per-GPU state, the compute processes, NVLink, the kernel log's XIDs)
+        into RV(gpu_health), for the launch's health gate. Off, nothing of it is read.
+    type: bool
+    default: true
+  kernel_log:
+    description:
+      - Where the kernel's messages are read from for XIDs, in C(/dev/kmsg)'s record format. A file here replaces
+        the device (tests use one); where C(/dev/kmsg) cannot be read, C(journalctl -k) is.
+    type: path
+    default: /dev/kmsg
+  sys_root:
+    description: Where sysfs is (the GPUs on the PCI bus are counted there); tests point it at a fake tree.
+    type: path
+    default: /sys
   extra_ports:
     description: Pick this many more free TCP ports, different from each other and from RV(free_port) (the relaunch ports of O(job)).
     type: int
@@ -84,6 +100,14 @@ gpu_count:
   returned: always
   type: int
   sample: 8
+gpu_health:
+  description:
+    - With O(gpu_health), what the gate reads (module_utils/gpu_health.py) - C(nvidia_smi) (whether it is installed),
+      C(gpus) (one dict per GPU that answers), C(lost) (GPUs it cannot reach), C(processes), C(nvlink), C(xids)
+      (the kernel log's since boot, each with its C(time) and C(class)), C(kernel_log) (where they were read) and
+      C(pci_gpus) (NVIDIA GPUs on the PCI bus). Without, empty.
+  returned: always
+  type: dict
 python:
   description: The training Python, with C(found), C(path), C(version) and C(torch) (whether torch can be imported).
   returned: always
@@ -148,6 +172,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     free_ports,
+    gpu_health,
     jobs,
     netinfo,
     node,
@@ -170,13 +195,22 @@ def main() -> None:
             "env_files": {"type": "list", "elements": "path", "default": []},
             "container_engine": {"type": "str", "default": "docker"},
             "container_image": {"type": "str", "default": ""},
+            "gpu_health": {"type": "bool", "default": True},
+            "kernel_log": {"type": "path", "default": gpu_health.KMSG},
+            "sys_root": {"type": "path", "default": "/sys"},
         },
         supports_check_mode=True,
     )
     params = module.params
+    health: dict = {}
+    if params["gpu_health"]:
+        # The same nvidia-smi query counts the GPUs: one pass over them, not two.
+        health = gpu_health.read(params["kernel_log"])
+        health["pci_gpus"] = len(nvidia_node.pci_gpus(params["sys_root"]))
     result = {
         "changed": False,
-        "gpu_count": nvidia_node.nvidia_smi_gpus()["count"],
+        "gpu_count": len(health["gpus"]) if health else nvidia_node.nvidia_smi_gpus()["count"],
+        "gpu_health": health,
         "python": node.python_info(params["python"]),
         # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
         "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),

@@ -20,18 +20,21 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import runtimes, schedulers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate, runtimes, schedulers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
 
 
 @dataclass(frozen=True)
 class NodeSettings:
     """What the node problems are read against: the training Python and the container engine as the user named
-    them (job_python, job_container_engine), and each host's gpufleet_gpus (None where unset)."""
+    them (job_python, job_container_engine), each host's gpufleet_gpus (None where unset) and
+    gpufleet_xids_acknowledged_before, and whether GPUs held by other processes may be shared (allow_busy_gpus)."""
 
     python: str
     container_engine: str
     gpus: Mapping[str, Any] = field(default_factory=dict)
+    acknowledged: Mapping[str, Any] = field(default_factory=dict)
+    allow_busy: bool = False
 
 
 @dataclass
@@ -49,6 +52,9 @@ class NodeDecisions:
     restart_ports: list[int]
     check_ports: bool
     slurm: dict[str, Any] | None
+    # The GPU health gate's warnings by host (refusals are problems), and the hosts with no GPU to check.
+    gpu_warnings: dict[str, list[str]] = field(default_factory=dict)
+    no_gpu: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,9 +91,10 @@ def _probe_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[s
 
 
 def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str, Any],
-                 settings: NodeSettings) -> str:
-    """The node's first problem, in the order the role has always reported them, or ''."""
-    problem = _probe_problem(host, ip, probe, plan, settings)
+                 settings: NodeSettings, gpu_refusal: str = "") -> str:
+    """The node's first problem, in the order the role reports them (its own setup, then its GPUs' health, then
+    its GPU count and the master port), or ''."""
+    problem = _probe_problem(host, ip, probe, plan, settings) or gpu_refusal
     if problem:
         return problem
     asked = plan.get("nproc_per_node")
@@ -99,6 +106,23 @@ def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str
         return ("%s: master_port=%s is already in use on the master node; omit master_port to have a free port "
                 "chosen, or name another" % (host, plan.get("master_port")))
     return ""
+
+
+def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None
+                 ) -> list[gpu_gate.Finding]:
+    """The GPU health gate's findings on the node (module_utils/gpu_gate.py), judged against its settings and the
+    ranks it runs (the GPUs its job takes). A bad acknowledgement time is refused as the node's finding."""
+    try:
+        acknowledged = gpu_gate.acknowledgement_time(settings.acknowledged.get(host))
+    except ValueError:
+        return [gpu_gate.Finding(True, "", "%s=%r is not a date and time" % (
+            gpu_gate.ACK_VARIABLE, settings.acknowledged.get(host)), "write one such as 2026-11-25T10:02:12+00:00")]
+    expected = settings.gpus.get(host)
+    gate = gpu_gate.GateSettings(
+        expected=int(expected) if str(expected or "").isdigit() else None, used=nproc,
+        allow_busy=settings.allow_busy, acknowledged_before=acknowledged,
+        job_running=bool((probe.get("job") or {}).get("running")))
+    return gpu_gate.findings(probe.get("gpu_health") or {}, gate)
 
 
 def node_nproc(host: str, probe: Mapping[str, Any], plan: Mapping[str, Any], gpus: Any) -> int:
@@ -129,18 +153,28 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     under scheduler=slurm (the command task's result), else None."""
     problems: dict[str, str] = {}
     nproc: dict[str, int] = {}
+    warnings: dict[str, list[str]] = {}
+    no_gpu: list[str] = []
     for node in plan["nodes"]:
         host = node["host"]
         probe = probes.get(host)
         if probe is None:
             continue
-        problem = node_problem(host, node["ip"], probe, plan, settings)
+        problem = ""
         try:
             nproc[host] = node_nproc(host, probe, plan, settings.gpus.get(host))
         except ValueError as exc:
-            problem = problem or str(exc)
+            problem = str(exc)
+        found = gpu_findings(host, probe, settings, nproc.get(host))
+        # Every GPU refusal of the node at once: a person mends them in one visit.
+        refused = "\n".join(finding.message(host) for finding in found if finding.refuse)
+        problem = node_problem(host, node["ip"], probe, plan, settings, refused) or problem
         if problem:
             problems[host] = problem
+        if any(not finding.refuse for finding in found):
+            warnings[host] = [finding.message(host) for finding in found if not finding.refuse]
+        if not gpu_gate.has_gpus(probe.get("gpu_health") or {}):
+            no_gpu.append(host)
     running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
     refusal = running_refusal(plan["job"], running) if running and not force else ""
     slots = [nproc.get(host, 0) for host in plan["hosts"]]
@@ -167,4 +201,4 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
         master_port=master_port, restart_ports=restart_ports,
         # The ports are checked between the nodes where the controller chose them, before a new launch.
         check_ports=not at_start and int(plan.get("nnodes") or 0) > 1 and not running,
-        slurm=allocation)
+        slurm=allocation, gpu_warnings=warnings, no_gpu=no_gpu)

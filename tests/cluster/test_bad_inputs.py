@@ -9,6 +9,8 @@ import os
 
 import pytest
 
+import gpu_standin
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = ["-e", "script=%s/examples/train.py" % REPO, "-e", "job=bad-input"]
@@ -27,10 +29,10 @@ def _inventory(cluster, body):
 
 
 def _fake_gpu(cluster):
-    """node0 lists one GPU (an nvidia-smi stand-in ahead on PATH); removed afterwards."""
-    cluster.node_exec("node0", "sh", "-c", "printf '#!/bin/sh\\necho \"GPU 0: NVIDIA H100 (UUID: GPU-0)\"\\n' "
-                      "> /usr/local/bin/nvidia-smi && chmod 755 /usr/local/bin/nvidia-smi", check=True)
-    return lambda: cluster.node_exec("node0", "rm", "-f", "/usr/local/bin/nvidia-smi")
+    """node0 lists one GPU (the stand-in nvidia-smi, tests/cluster/gpu_standin.py); removed afterwards."""
+    del cluster
+    gpu_standin.install("node0", {"gpus": [{}]})
+    return lambda: gpu_standin.remove("node0")
 
 
 def _port_taken(cluster):

@@ -217,8 +217,66 @@ def test_under_slurm_nothing_is_asked_of_slurm_while_a_node_has_a_problem():
 
 def test_the_decisions_are_plain_data_for_the_role():
     decided = node_plan.decide(plan(hosts=("node9",)), {"node9": master_probe()}, SETTINGS, False).as_dict()
-    assert sorted(decided) == ["check_ports", "master_port", "nproc", "problems", "refusal", "restart_ports",
-                               "running_hosts", "slots", "slurm", "world_size"]
+    assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "problems", "refusal",
+                               "restart_ports", "running_hosts", "slots", "slurm", "world_size"]
+
+
+# --- the GPU health gate (module_utils/gpu_gate.py) in the plan --------------------------------------------------------
+
+def gpu_health(count=2, **more):
+    gpus = [{"index": index, "bus_id": "00000000:%02X:00.0" % (0x18 + index), "error": "", "pcie_width": 16.0,
+             "pcie_width_max": 16.0, "event_reasons": 1} for index in range(count)]
+    found = {"nvidia_smi": True, "gpus": gpus, "lost": [], "error": "", "processes": [], "nvlink": {}, "xids": [],
+             "kernel_log": "/dev/kmsg", "pci_gpus": count}
+    found.update(more)
+    return found
+
+
+BUSY = [{"bus_id": "00000000:19:00.0", "pid": 4242, "user": "alice", "command": "python3", "memory": 512.0}]
+
+
+def test_every_gpu_refusal_of_a_node_comes_before_its_gpu_count():
+    lost = gpu_health(1, lost=[{"bus_id": "0000:19:00.0", "error": "Unknown Error"}],
+                      processes=[dict(BUSY[0], bus_id="00000000:18:00.0")])
+    probes = {"node9": master_probe(gpus=1, gpu_health=lost), "node8": probe(gpus=2, gpu_health=gpu_health())}
+    decided = node_plan.decide(plan(hosts=("node9", "node8"), nproc_per_node=2), probes, SETTINGS, False)
+    assert decided.problems == {"node9": (
+        "node9 GPU at 0000:19:00.0: nvidia-smi cannot reach it (Unknown Error); reboot the node, or leave it out of "
+        "the inventory until it is repaired\n"
+        "node9 GPU 0 (0000:18:00.0): is held by another process: pid 4242 (alice, python3, 512 MiB); stop that "
+        "process, or launch with -e allow_busy_gpus=true to share the GPU")}
+
+
+def test_a_gpu_outside_the_nodes_ranks_may_be_busy_and_allow_busy_lets_any_through():
+    probes = {"node9": master_probe(gpus=2, gpu_health=gpu_health(processes=BUSY))}
+    assert node_plan.decide(plan(hosts=("node9",), nproc_per_node=1), probes, SETTINGS, False).problems == {}
+    assert list(node_plan.decide(plan(hosts=("node9",)), probes, SETTINGS, False).problems) == ["node9"]
+    shared = node_plan.NodeSettings(python="python3", container_engine="podman", allow_busy=True)
+    assert node_plan.decide(plan(hosts=("node9",)), probes, shared, False).problems == {}
+
+
+def test_an_acknowledgement_is_read_per_host_and_a_bad_one_is_refused():
+    event = {"bus_id": "0000:18:00", "xid": 79, "meaning": "GPU has fallen off the bus", "class": "hardware",
+             "detail": "", "time": 1764064931.0}
+    probes = {"node9": master_probe(gpus=2, gpu_health=gpu_health(xids=[event])),
+              "node8": probe(gpus=2, gpu_health=gpu_health(xids=[event]))}
+    settings = node_plan.NodeSettings(python="python3", container_engine="podman",
+                                      acknowledged={"node9": "2026-11-25T10:02:12+00:00", "node8": "last week"})
+    decided = node_plan.decide(plan(hosts=("node9", "node8")), probes, settings, False)
+    assert decided.problems == {"node8": "node8: gpufleet_xids_acknowledged_before='last week' is not a date and "
+                                         "time; write one such as 2026-11-25T10:02:12+00:00"}
+
+
+def test_warnings_go_on_and_nodes_without_gpus_are_listed_once():
+    narrow = gpu_health(1)
+    narrow["gpus"][0]["pcie_width"] = 8.0
+    probes = {"node9": master_probe(gpus=1, gpu_health=narrow), "node8": probe(gpus=0, gpu_health={
+        "nvidia_smi": False, "pci_gpus": 0}), "node7": probe(gpus=0)}
+    decided = node_plan.decide(plan(), probes, SETTINGS, False)
+    assert decided.problems == {} and decided.no_gpu == ["node8", "node7"]
+    assert decided.gpu_warnings == {"node9": [
+        "node9 GPU 0 (0000:18:00.0): its PCIe link runs at x8, narrower than its x16; the job runs, with slower host "
+        "transfers; reseat the GPU or check its riser and slot"]}
 
 
 # --- the action: what it reads from the hosts' variables -------------------------------------------------------------
@@ -234,7 +292,9 @@ def test_the_action_reads_each_hosts_registered_probe_and_gpufleet_gpus():
 
     task = Task()
     task.args = {"plan": plan(), "force": "false", "python": "/opt/py/bin/python3"}
-    hostvars = {"node9": {job_nodes.PROBE_VARIABLE: master_probe(), "gpufleet_gpus": 2},
+    hostvars = {"node9": {job_nodes.PROBE_VARIABLE: master_probe(gpu_health=gpu_health(xids=[{
+        "bus_id": "0000:18:00", "xid": 79, "meaning": "", "class": "hardware", "detail": "", "time": 1764064931.0}])),
+        "gpufleet_gpus": 2, "gpufleet_xids_acknowledged_before": "2026-11-25T10:02:12Z"},
                 "node8": {job_nodes.PROBE_VARIABLE: probe(python={"found": False})},
                 # A host whose probe failed (the play stops it before this runs; left out if it did not).
                 "node7": {job_nodes.PROBE_VARIABLE: {"failed": True, "msg": "unreachable"}}}

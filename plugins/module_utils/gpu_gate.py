@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The GPU health gate: what a node's health (gpu_health.read) means for a launch, in one place. Each finding
+names the GPU (index and bus id), the fact and the fix; a refusal stops the launch before anything is changed, a
+warning is shown and the launch goes on. Read by the launch's plan (plugin_utils/node_plan.py) and verify.yml."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
+
+RESET = "reset the GPU (nvidia-smi -r -i %d, with nothing running on it) or reboot the node"
+ACK_VARIABLE = "gpufleet_xids_acknowledged_before"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One fact of a node's GPUs that refuses a launch (``refuse``) or warns; ``gpu`` is '' for the node."""
+
+    refuse: bool
+    gpu: str
+    fact: str
+    fix: str
+
+    def message(self, host: str) -> str:
+        return "%s%s: %s; %s" % (host, " " + self.gpu if self.gpu else "", self.fact, self.fix)
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What a node's health is judged against: the GPUs it should have (gpufleet_gpus; None where unset), how many
+    of its GPUs the job takes (its ranks, GPUs 0 to used-1; None: all), whether a GPU held by another process may be
+    shared (allow_busy_gpus), the time before which its XIDs are acknowledged (seconds since the epoch; None: none
+    is), and whether this job is running there now (force=true stops it first: its own processes hold the GPUs)."""
+
+    expected: int | None = None
+    used: int | None = None
+    allow_busy: bool = False
+    acknowledged_before: float | None = None
+    job_running: bool = False
+
+
+def acknowledgement_time(text: Any) -> float | None:
+    """The time an acknowledgement names ('2026-11-25T10:02:12+00:00'; without a zone, UTC), as seconds since the
+    epoch; None for none. ValueError for anything else."""
+    if text in (None, ""):
+        return None
+    stamp = datetime.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+    return stamp.timestamp()
+
+
+def _gpus(count: int) -> str:
+    return "%d GPU%s" % (count, "" if count == 1 else "s")
+
+
+def _utc(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(microsecond=0)
+
+
+def short_bus(bus_id: str) -> str:
+    """A PCI address as the kernel writes it (0000:9b:00.0), from nvidia-smi's (00000000:9B:00.0) or the XID's."""
+    domain, bus, device = gpu_health.bus_key(bus_id)
+    return "%04x:%02x:%02x.0" % (domain, bus, device) if bus >= 0 else bus_id
+
+
+def gpu_label(gpu: Mapping[str, Any]) -> str:
+    return "GPU %d (%s)" % (gpu["index"], short_bus(str(gpu.get("bus_id") or "")))
+
+
+def _by_bus(health: Mapping[str, Any]) -> dict[tuple[int, int, int], Mapping[str, Any]]:
+    return {gpu_health.bus_key(str(gpu.get("bus_id") or "")): gpu for gpu in health.get("gpus") or []}
+
+
+def _count(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
+    found = []
+    for lost in health.get("lost") or []:
+        found.append(Finding(True, "GPU at %s" % short_bus(lost["bus_id"]), "nvidia-smi cannot reach it (%s)"
+                             % lost["error"], "reboot the node, or leave it out of the inventory until it is repaired"))
+    answering = len(health.get("gpus") or [])
+    pci = health.get("pci_gpus")
+    if pci and answering + len(found) < pci:
+        found.append(Finding(True, "", "nvidia-smi lists %s, the node has %d on its PCI bus" % (_gpus(answering), pci),
+                             "see the kernel log (dmesg | grep NVRM) for the GPU the driver did not take, and reboot "
+                             "the node or leave it out of the inventory"))
+    elif settings.expected and answering < settings.expected:
+        found.append(Finding(True, "", "nvidia-smi lists %s, gpufleet_gpus says %d" % (_gpus(answering), settings.expected),
+                             "reboot the node if a GPU was lost, or correct gpufleet_gpus"))
+    return found
+
+
+def _gpu_state(gpu: Mapping[str, Any]) -> list[Finding]:
+    label, index, found = gpu_label(gpu), int(gpu["index"]), []
+    if gpu.get("error"):
+        found.append(Finding(True, label, "nvidia-smi reports %s" % gpu["error"], RESET % index))
+    if (gpu.get("ecc_uncorrected") or 0) > 0:
+        found.append(Finding(True, label, "%d uncorrectable ECC errors since the driver loaded"
+                             % gpu["ecc_uncorrected"], RESET % index))
+    if gpu.get("remap_failure"):
+        found.append(Finding(True, label, "row remapping failed (its memory cannot be repaired in the field)",
+                             "take the GPU out of service and contact the vendor"))
+    elif gpu.get("remap_pending"):
+        found.append(Finding(True, label, "a row remap is pending", RESET % index))
+    if gpu.get("retired_pending"):
+        found.append(Finding(True, label, "a page retirement is pending", RESET % index))
+    return found
+
+
+def _busy(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
+    if settings.allow_busy or settings.job_running:
+        return []
+    gpus, found = _by_bus(health), []
+    for process in health.get("processes") or []:
+        gpu = gpus.get(gpu_health.bus_key(str(process.get("bus_id") or "")))
+        if gpu is None or (settings.used is not None and int(gpu["index"]) >= settings.used):
+            continue
+        memory = process.get("memory")
+        found.append(Finding(True, gpu_label(gpu), "is held by another process: pid %d (%s, %s%s)" % (
+            process["pid"], process.get("user") or "user unknown", process.get("command") or "?",
+            ", %d MiB" % memory if memory is not None else ""),
+            "stop that process, or launch with -e allow_busy_gpus=true to share the GPU"))
+    return found
+
+
+def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
+    gpus, latest = _by_bus(health), {}
+    for event in health.get("xids") or []:
+        acknowledged = settings.acknowledged_before is not None and event["time"] < settings.acknowledged_before
+        if event["class"] == "hardware" and not acknowledged:
+            key = (gpu_health.bus_key(event["bus_id"]), event["xid"])
+            seen, count = latest.get(key, (event, 0))
+            latest[key] = (event if event["time"] >= seen["time"] else seen, count + 1)
+    found = []
+    for (bus, _xid), (event, count) in sorted(latest.items(), key=lambda item: item[1][0]["time"]):
+        gpu = gpus.get(bus)
+        label = gpu_label(gpu) if gpu else "GPU at %s" % short_bus(event["bus_id"])
+        after = _utc(event["time"] + 1).isoformat()
+        found.append(Finding(True, label, "XID %d (%s)%s, last at %s UTC, a hardware or driver fault, in the kernel "
+                             "log since boot" % (event["xid"], event["meaning"], " %d times" % count if count > 1 else "",
+                                                 _utc(event["time"]).strftime("%Y-%m-%d %H:%M:%S")),
+                             "%s; once it is fixed without a reboot, acknowledge it with %s: '%s' in the node's host "
+                             "variables" % (RESET % gpu["index"] if gpu else "reboot the node", ACK_VARIABLE, after)))
+    return found
+
+
+def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
+    states = health.get("nvlink") or {}
+    if not any(state.get("up") for state in states.values()):
+        return []  # no NVLink up anywhere: GPUs without NVLink (or a bridge not fitted), nothing to compare
+    gpus, found = {str(gpu["index"]): gpu for gpu in health.get("gpus") or []}, []
+    for index, state in sorted(states.items()):
+        if state.get("down"):
+            gpu = gpus.get(index)
+            label = gpu_label(gpu) if gpu else "GPU %s" % index
+            found.append(Finding(True, label, "NVLink link%s %s down while %d other link%s of the node's GPUs are up" % (
+                "s" if len(state["down"]) > 1 else "", ", ".join(str(link) for link in state["down"]),
+                sum(s.get("up", 0) for s in states.values()), "" if sum(s.get("up", 0) for s in states.values()) == 1 else "s"),
+                "check the NVLink fabric (nvidia-smi nvlink --status; Fabric Manager on NVSwitch systems), or reboot "
+                "the node"))
+    return found
+
+
+def _warnings(health: Mapping[str, Any]) -> list[Finding]:
+    found = []
+    for gpu in health.get("gpus") or []:
+        width, widest = gpu.get("pcie_width"), gpu.get("pcie_width_max")
+        if width and widest and width < widest:
+            found.append(Finding(False, gpu_label(gpu), "its PCIe link runs at x%d, narrower than its x%d" % (width, widest),
+                                 "the job runs, with slower host transfers; reseat the GPU or check its riser and slot"))
+        reasons = gpu.get("event_reasons") or 0
+        if reasons & gpu_health.SLOWDOWN_REASONS:
+            names = [name for bit, name in sorted(gpu_health.EVENT_REASONS.items())
+                     if reasons & bit and bit & gpu_health.SLOWDOWN_REASONS]
+            found.append(Finding(False, gpu_label(gpu), "its clocks are held down (%s) at %d%% utilisation" % (
+                ", ".join(names), gpu.get("utilization") or 0),
+                "the job runs, slower; check the node's cooling and power supply"))
+    if str(health.get("kernel_log") or "").startswith("unreadable"):
+        found.append(Finding(False, "", "XIDs were not checked: the kernel log is %s" % health["kernel_log"],
+                             "run the probe as root (become) or give the user read access to the journal"))
+    return found
+
+
+def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
+    """Every finding on a node's GPUs, refusals first, in this order: GPUs missing or lost, GPUs in an error
+    state or with memory faults, GPUs held by other processes, XIDs, NVLink; then the warnings."""
+    if not health.get("nvidia_smi"):
+        if health.get("pci_gpus"):
+            return [Finding(False, "", "%s on the PCI bus but nvidia-smi is not installed, so the job runs "
+                            "without %s here" % (_gpus(health["pci_gpus"]).replace("GPU", "NVIDIA GPU"),
+                                                 "it" if health["pci_gpus"] == 1 else "them"),
+                            "install the driver (playbooks/provision.yml --tags nvidia_driver)")]
+        return []
+    if health.get("error") and not health.get("gpus"):
+        return [Finding(True, "", "nvidia-smi fails: %s" % health["error"],
+                        "check the driver (nvidia-smi; dmesg | grep NVRM), or reboot the node")]
+    refusals = _count(health, settings)
+    for gpu in health.get("gpus") or []:
+        refusals += _gpu_state(gpu)
+    refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
+    return refusals + _warnings(health)
+
+
+def has_gpus(health: Mapping[str, Any]) -> bool:
+    """Whether there is anything to judge: nvidia-smi is there (it may answer for no GPU: then it is refused)."""
+    return bool(health.get("nvidia_smi") or health.get("pci_gpus"))

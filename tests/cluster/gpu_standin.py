@@ -1,0 +1,60 @@
+"""GPUs for a test node that has none: the stand-in nvidia-smi (scripts/nvidia_smi_standin.py) installed ahead on
+its PATH, driven by a state file, and a fake kernel log in /dev/kmsg's record format, which the job role reads
+through gpufleet_kernel_log. Removed again by remove(). See the stand-in's docstring for what it does not do."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import testbed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "scripts", "nvidia_smi_standin.py")
+STATE = "/etc/gpufleet-test/gpus.json"
+KERNEL_LOG = "/var/lib/gpufleet-test/kmsg"
+# train.yml's arguments that point the gate at the fake kernel log (nodes without the stand-in read nothing).
+KERNEL_LOG_ARGS = ["-e", "gpufleet_kernel_log=%s" % KERNEL_LOG]
+
+
+def _container(node: str) -> str:
+    return testbed.PREFIX + node
+
+
+def write_state(node: str, state: dict) -> None:
+    testbed.podman("exec", "-i", _container(node), "sh", "-c", "mkdir -p %s && cat > %s" % (os.path.dirname(STATE), STATE),
+                   input_bytes=json.dumps(state).encode())
+
+
+def install(node: str, state: dict) -> None:
+    """The stand-in on the node, answering from this state, and an empty kernel log."""
+    testbed.podman("cp", STANDIN, "%s:/usr/local/bin/nvidia-smi" % _container(node))
+    testbed.podman("exec", _container(node), "sh", "-c", "chmod 755 /usr/local/bin/nvidia-smi && mkdir -p %s && : > %s"
+                   % (os.path.dirname(KERNEL_LOG), KERNEL_LOG))
+    write_state(node, state)
+
+
+def boot_time() -> float:
+    """The kernel's boot time: the nodes are containers of this machine's kernel, so theirs is this one."""
+    with open("/proc/stat") as handle:
+        return float(next(line for line in handle if line.startswith("btime ")).split()[1])
+
+
+def log_kernel(node: str, message: str, at: float | None = None) -> float:
+    """A kernel message in the node's fake log, at ``at`` (seconds since the epoch; now by default), in /dev/kmsg's
+    record format (priority, sequence, microseconds since boot, flags; message). Returns its time."""
+    at = time.time() if at is None else at
+    record = "4,%d,%d,-;%s\n" % (int(at * 1000) % 100000, int((at - boot_time()) * 1e6), message)
+    testbed.podman("exec", "-i", _container(node), "sh", "-c", "cat >> %s" % KERNEL_LOG, input_bytes=record.encode())
+    return at
+
+
+def xid_line(bus: str, xid: int, text: str) -> str:
+    """The NVIDIA driver's XID line for a GPU (its kernel-log bus id, 0000:19:00) as the kernel log has it."""
+    return "NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s" % (bus, xid, text)
+
+
+def remove(node: str) -> None:
+    testbed.podman("exec", _container(node), "rm", "-rf", "/usr/local/bin/nvidia-smi", os.path.dirname(STATE),
+                   os.path.dirname(KERNEL_LOG), check=False)

@@ -1,0 +1,168 @@
+"""The GPU health gate: what refuses a launch and what only warns, each naming the GPU, the fact and the fix.
+
+Fed with gpu_health.read's shape, written out here; the reader's parsing is test_gpu_health.py's."""
+
+import datetime
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
+
+T0 = datetime.datetime(2026, 11, 25, 10, 2, 11, tzinfo=datetime.timezone.utc).timestamp()
+
+
+def gpu(index, **values):
+    found = {"index": index, "uuid": "GPU-%d" % index, "bus_id": "00000000:%02X:00.0" % (0x18 + index),
+             "name": "NVIDIA H100 80GB HBM3", "error": "", "temperature": 31.0, "utilization": 0.0, "memory_used": 0.0,
+             "memory_total": 81559.0, "power": 69.5, "sm_clock": 345.0, "sm_clock_max": 1980.0, "ecc_uncorrected": 0.0,
+             "pcie_width": 16.0, "pcie_width_max": 16.0, "event_reasons": 1, "retired_pending": False,
+             "remap_pending": False, "remap_failure": False}
+    found.update(values)
+    return found
+
+
+def health(gpus=None, **more):
+    found = {"nvidia_smi": True, "gpus": gpus if gpus is not None else [gpu(0), gpu(1)], "lost": [], "error": "",
+             "processes": [], "nvlink": {}, "xids": [], "kernel_log": "/dev/kmsg", "pci_gpus": 2}
+    found.update(more)
+    return found
+
+
+def messages(found, refuse=True):
+    return [finding.message("node2") for finding in found if finding.refuse is refuse]
+
+
+def xid(number, kind="hardware", at=T0, bus="0000:19:00"):
+    return {"bus_id": bus, "xid": number, "meaning": gpu_gate.gpu_health.XID_MEANINGS.get(number, "XID"),
+            "class": kind, "detail": "", "time": at}
+
+
+def test_a_healthy_node_has_nothing_to_say():
+    assert gpu_gate.findings(health(), gpu_gate.GateSettings()) == []
+
+
+def test_a_node_without_gpus_costs_nothing_and_says_so_once():
+    assert gpu_gate.findings({"nvidia_smi": False, "pci_gpus": 0}, gpu_gate.GateSettings()) == []
+    assert not gpu_gate.has_gpus({"nvidia_smi": False, "pci_gpus": 0})
+    found = gpu_gate.findings({"nvidia_smi": False, "pci_gpus": 8}, gpu_gate.GateSettings())
+    assert messages(found, refuse=False) == [
+        "node2: 8 NVIDIA GPUs on the PCI bus but nvidia-smi is not installed, so the job runs without them here; "
+        "install the driver (playbooks/provision.yml --tags nvidia_driver)"]
+
+
+def test_a_lost_gpu_is_named_by_its_bus_id():
+    found = gpu_gate.findings(health([gpu(0)], lost=[{"bus_id": "0000:19:00.0", "error": "Unknown Error"}]),
+                              gpu_gate.GateSettings())
+    assert messages(found) == ["node2 GPU at 0000:19:00.0: nvidia-smi cannot reach it (Unknown Error); reboot the node, "
+                               "or leave it out of the inventory until it is repaired"]
+
+
+def test_fewer_gpus_than_the_pci_bus_or_gpufleet_gpus():
+    found = gpu_gate.findings(health([gpu(0)]), gpu_gate.GateSettings())
+    assert messages(found)[0].startswith("node2: nvidia-smi lists 1 GPU, the node has 2 on its PCI bus; see the kernel")
+    found = gpu_gate.findings(health([gpu(0)], pci_gpus=None), gpu_gate.GateSettings(expected=2))
+    assert messages(found) == ["node2: nvidia-smi lists 1 GPU, gpufleet_gpus says 2; reboot the node if a GPU was "
+                               "lost, or correct gpufleet_gpus"]
+
+
+@pytest.mark.parametrize("values, fact, fix", [
+    ({"error": "[GPU requires reset]"}, "nvidia-smi reports [GPU requires reset]", "reset the GPU (nvidia-smi -r -i 1"),
+    ({"ecc_uncorrected": 3.0}, "3 uncorrectable ECC errors since the driver loaded", "reset the GPU"),
+    ({"remap_pending": True}, "a row remap is pending", "reset the GPU (nvidia-smi -r -i 1, with nothing running on it) "
+                                                         "or reboot the node"),
+    ({"retired_pending": True}, "a page retirement is pending", "reset the GPU"),
+    ({"remap_failure": True, "remap_pending": True}, "row remapping failed", "contact the vendor"),
+])
+def test_gpu_states_that_refuse(values, fact, fix):
+    found = messages(gpu_gate.findings(health([gpu(0), gpu(1, **values)]), gpu_gate.GateSettings()))
+    assert len(found) == 1 and found[0].startswith("node2 GPU 1 (0000:19:00.0): " + fact) and fix in found[0]
+
+
+def test_a_gpu_the_job_takes_held_by_another_process():
+    busy = health(processes=[{"bus_id": "00000000:19:00.0", "pid": 4242, "user": "alice", "command": "python3",
+                              "memory": 10240.0}])
+    assert messages(gpu_gate.findings(busy, gpu_gate.GateSettings())) == [
+        "node2 GPU 1 (0000:19:00.0): is held by another process: pid 4242 (alice, python3, 10240 MiB); stop that "
+        "process, or launch with -e allow_busy_gpus=true to share the GPU"]
+    # Not a GPU the job takes (one rank: GPU 0), let through, or held by this job itself (force=true stops it first).
+    for settings in (gpu_gate.GateSettings(used=1), gpu_gate.GateSettings(allow_busy=True),
+                     gpu_gate.GateSettings(job_running=True)):
+        assert gpu_gate.findings(busy, settings) == []
+
+
+def test_a_hardware_xid_refuses_until_acknowledged():
+    logged = health(xids=[xid(79), xid(79, at=T0 - 60), xid(13, "application")])
+    found = messages(gpu_gate.findings(logged, gpu_gate.GateSettings()))
+    assert found == ["node2 GPU 1 (0000:19:00.0): XID 79 (GPU has fallen off the bus) 2 times, last at 2026-11-25 "
+                     "10:02:11 UTC, a hardware or driver fault, in the kernel log since boot; reset the GPU "
+                     "(nvidia-smi -r -i 1, with nothing running on it) or reboot the node; once it is fixed without a "
+                     "reboot, acknowledge it with gpufleet_xids_acknowledged_before: '2026-11-25T10:02:12+00:00' in "
+                     "the node's host variables"]
+    acknowledged = gpu_gate.acknowledgement_time("2026-11-25T10:02:12+00:00")
+    assert gpu_gate.findings(logged, gpu_gate.GateSettings(acknowledged_before=acknowledged)) == []
+    # A later XID is not covered by the acknowledgement.
+    later = health(xids=[xid(79), xid(48, at=T0 + 3600)])
+    assert [m.split(": ")[1][:6] for m in messages(gpu_gate.findings(later, gpu_gate.GateSettings(
+        acknowledged_before=acknowledged)))] == ["XID 48"]
+
+
+def test_an_xid_of_a_gpu_nvidia_smi_no_longer_lists():
+    found = messages(gpu_gate.findings(health([gpu(0)], pci_gpus=None, xids=[xid(79, bus="0000:c6:00")]),
+                                       gpu_gate.GateSettings()))
+    assert found[0].startswith("node2 GPU at 0000:c6:00.0: XID 79") and "reboot the node; once" in found[0]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2026-11-25T10:02:12+00:00", T0 + 1), ("2026-11-25T10:02:12Z", T0 + 1), ("2026-11-25 10:02:12", T0 + 1),
+    ("2026-11-25T11:02:12+01:00", T0 + 1), ("", None), (None, None)])
+def test_acknowledgement_times(text, expected):
+    assert gpu_gate.acknowledgement_time(text) == expected
+
+
+def test_a_bad_acknowledgement_time_is_an_error():
+    with pytest.raises(ValueError):
+        gpu_gate.acknowledgement_time("yesterday")
+
+
+def test_an_nvlink_link_down_among_links_up():
+    found = messages(gpu_gate.findings(health(nvlink={"0": {"up": 18, "down": []}, "1": {"up": 16, "down": [3, 7]}}),
+                                       gpu_gate.GateSettings()))
+    assert found == ["node2 GPU 1 (0000:19:00.0): NVLink links 3, 7 down while 34 other links of the node's GPUs are "
+                     "up; check the NVLink fabric (nvidia-smi nvlink --status; Fabric Manager on NVSwitch systems), "
+                     "or reboot the node"]
+    # No link up anywhere: GPUs without NVLink, or PCIe cards without their bridge.
+    assert gpu_gate.findings(health(nvlink={"0": {"up": 0, "down": [0, 1]}, "1": {"up": 0, "down": [0, 1]}}),
+                             gpu_gate.GateSettings()) == []
+
+
+def test_a_narrow_pcie_link_and_clocks_held_down_only_warn():
+    found = gpu_gate.findings(health([gpu(0, pcie_width=8.0), gpu(1, event_reasons=0x1 | 0x40 | 0x80)]),
+                              gpu_gate.GateSettings())
+    assert messages(found) == []
+    assert messages(found, refuse=False) == [
+        "node2 GPU 0 (0000:18:00.0): its PCIe link runs at x8, narrower than its x16; the job runs, with slower host "
+        "transfers; reseat the GPU or check its riser and slot",
+        "node2 GPU 1 (0000:19:00.0): its clocks are held down (HW thermal slowdown, HW power brake slowdown) at 0% "
+        "utilisation; the job runs, slower; check the node's cooling and power supply"]
+
+
+def test_an_unreadable_kernel_log_warns_that_xids_were_not_checked():
+    found = gpu_gate.findings(health(kernel_log="unreadable: /dev/kmsg: Permission denied; journalctl: No journal"),
+                              gpu_gate.GateSettings())
+    assert messages(found, refuse=False) == ["node2: XIDs were not checked: the kernel log is unreadable: /dev/kmsg: "
+                                             "Permission denied; journalctl: No journal; run the probe as root (become) "
+                                             "or give the user read access to the journal"]
+
+
+def test_nvidia_smi_failing_on_a_gpu_node_refuses():
+    found = gpu_gate.findings(health([], error="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                                              "driver."), gpu_gate.GateSettings())
+    assert messages(found)[0].startswith("node2: nvidia-smi fails: NVIDIA-SMI has failed")
+
+
+def test_refusals_come_first_in_order():
+    found = gpu_gate.findings(health([gpu(0, pcie_width=8.0), gpu(1, ecc_uncorrected=1.0)], xids=[xid(79)],
+                                     lost=[{"bus_id": "0000:1a:00.0", "error": "GPU is lost"}], pci_gpus=3),
+                              gpu_gate.GateSettings())
+    assert [finding.refuse for finding in found] == [True, True, True, False]
+    assert [finding.fact.split(" ")[0] for finding in found] == ["nvidia-smi", "1", "XID", "its"]

@@ -1,0 +1,177 @@
+"""The GPU health reader against nvidia-smi's output formats and the kernel log's XID lines.
+
+nvidia-smi's answers come from the test cluster's stand-in (tests/cluster/scripts/nvidia_smi_standin.py), run as
+the reader's command, and from lines written out here in nvidia-smi's documented formats; the XID lines are the
+NVIDIA driver's (a real kernel log's, named where used). What this does not check: a real GPU's answers
+(tests/gpu/ does, where a GPU is lent)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "..", "..", "..", "cluster", "scripts", "nvidia_smi_standin.py")
+# A real driver's line (leptonai/gpud, testdata/dmesg-with-xid-119.log, an H100 node's kernel log).
+XID_119 = ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC "
+           "response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).")
+
+
+def standin(tmp_path, state):
+    """A runner that answers nvidia-smi's calls with the stand-in, from this state."""
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(state))
+    calls = []
+
+    def run(cmd, **_kwargs):
+        calls.append(cmd)
+        env = dict(os.environ, GPUFLEET_STANDIN_GPUS=str(path))
+        return subprocess.run([sys.executable, STANDIN, *cmd[1:]], capture_output=True, text=True, env=env, check=False)
+
+    run.calls = calls
+    return run
+
+
+def test_every_field_of_a_healthy_gpu_is_read(tmp_path):
+    run = standin(tmp_path, {"gpus": [{}, {"utilization.gpu": 97, "clocks_event_reasons.active": "0x0000000000000048"}]})
+    found = gpu_health.query_gpus(run)
+    assert found["nvidia_smi"] and found["lost"] == [] and found["error"] == ""
+    first, second = found["gpus"]
+    assert first == {"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "bus_id": "00000000:18:00.0",
+                     "name": "NVIDIA H100 80GB HBM3", "error": "", "temperature": 31.0, "utilization": 0.0,
+                     "memory_used": 0.0, "memory_total": 81559.0, "power": 69.52, "sm_clock": 345.0,
+                     "sm_clock_max": 1980.0, "ecc_uncorrected": 0.0, "pcie_width": 16.0, "pcie_width_max": 16.0,
+                     "event_reasons": 1, "retired_pending": False, "remap_pending": False, "remap_failure": False}
+    assert second["index"] == 1 and second["utilization"] == 97.0 and second["event_reasons"] == 0x48
+    assert len(run.calls) == 1  # one nvidia-smi call for every field of every GPU
+
+
+def test_a_field_the_driver_does_not_know_is_asked_by_its_older_name():
+    asked = []
+
+    def run(cmd, **_kwargs):
+        asked.append(cmd[1])
+        if "clocks_event_reasons.active" in cmd[1]:
+            return subprocess.CompletedProcess(cmd, 2, 'Field "clocks_event_reasons.active" is not a valid field to '
+                                                       'query.\n', "")
+        if "remapped_rows.pending" in cmd[1]:  # a driver without row remapping fields (before A100)
+            return subprocess.CompletedProcess(cmd, 2, 'Field "remapped_rows.pending" is not a valid field to query.\n', "")
+        fields = cmd[1].split("=", 1)[1].split(",")
+        row = ["0" if field != "clocks_throttle_reasons.active" else "0x0000000000000008" for field in fields]
+        return subprocess.CompletedProcess(cmd, 0, ", ".join(row) + "\n", "")
+
+    found = gpu_health.query_gpus(run)
+    assert "clocks_throttle_reasons.active" in asked[-1] and "remapped_rows.pending" not in asked[-1]
+    assert found["gpus"][0]["event_reasons"] == 0x8 and found["gpus"][0]["remap_pending"] is False
+
+
+def test_a_lost_gpu_and_one_that_needs_a_reset(tmp_path):
+    run = standin(tmp_path, {"gpus": [{}, {"state": "lost"}, {"state": "reset"}]})
+    found = gpu_health.query_gpus(run)
+    assert found["lost"] == [{"bus_id": "0000:19:00.0", "error": "Unknown Error"}]
+    assert [gpu["index"] for gpu in found["gpus"]] == [0, 2]
+    assert found["gpus"][1]["error"] == "[GPU requires reset]" and found["gpus"][1]["temperature"] is None
+
+
+def test_no_nvidia_smi_reads_nothing_else():
+    def run(cmd, **_kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    assert gpu_health.read(run=run) == {"nvidia_smi": False, "gpus": [], "lost": [], "error": "", "processes": [],
+                                        "nvlink": {}, "xids": [], "kernel_log": ""}
+
+
+def test_nvidia_smi_that_fails_says_why():
+    def run(cmd, **_kwargs):
+        return subprocess.CompletedProcess(cmd, 9, "NVIDIA-SMI has failed because it couldn't communicate with the "
+                                                   "NVIDIA driver. Make sure that the latest NVIDIA driver is installed "
+                                                   "and running.\n", "")
+
+    found = gpu_health.query_gpus(run)
+    assert found["gpus"] == [] and found["error"].startswith("NVIDIA-SMI has failed")
+
+
+def test_compute_processes_with_their_user(tmp_path):
+    run = standin(tmp_path, {"gpus": [{}, {}], "processes": [{"gpu": 1, "pid": 4242, "name": "python3", "memory": 10240}]})
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    (proc / "4242" / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
+    assert gpu_health.compute_processes(run, str(proc)) == [
+        {"bus_id": "00000000:19:00.0", "pid": 4242, "command": "python3", "memory": 10240.0, "user": "root"}]
+    assert gpu_health.process_user(99999, str(proc)) == ""  # another PID namespace's process
+
+
+def test_nvlink_links_up_and_down(tmp_path):
+    run = standin(tmp_path, {"gpus": [{}, {}], "nvlink": {"0": ["26.562 GB/s"] * 3, "1": ["26.562 GB/s", "<inactive>",
+                                                                                          "<inactive>"]}})
+    assert gpu_health.nvlink_states(run) == {"0": {"up": 3, "down": []}, "1": {"up": 1, "down": [1, 2]}}
+
+
+@pytest.mark.parametrize("line, xid, kind, bus", [
+    (XID_119, 119, "hardware", "0000:9b:00"),
+    ("NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus.", 79, "hardware",
+     "0000:c6:00"),
+    ("NVRM: Xid (PCI:0000:3b:00): 13, pid=5512, name=python, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)",
+     13, "application", "0000:3b:00"),
+    ("NVRM: Xid (PCI:0000:18:00): 94, pid=771, name=python3, Contained: SM (0x1). RST: No, D-RST: No", 94, "hardware",
+     "0000:18:00"),
+])
+def test_xid_lines_are_classified(line, xid, kind, bus):
+    event = gpu_health.parse_xid(line)
+    assert (event["xid"], event["class"], event["bus_id"]) == (xid, kind, bus)
+    assert event["meaning"] == gpu_health.XID_MEANINGS[xid]
+
+
+def test_lines_that_are_not_xids():
+    assert gpu_health.parse_xid("NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d") is None
+    assert gpu_health.parse_xid("nvidia-nvlink: Nvlink Core is being initialized") is None
+
+
+def test_the_kernel_log_in_kmsg_format_with_times_from_boot(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "stat").write_text("cpu  1 2 3\nbtime 1764000000\nprocesses 5\n")
+    log = tmp_path / "kmsg"
+    log.write_text("6,101,5000000,-;nvidia-nvlink: Nvlink Core is being initialized\n"
+                   "4,102,60000000,-;%s\n"
+                   "4,103,120500000,-;NVRM: Xid (PCI:0000:c6:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+                   % XID_119)
+    events, source = gpu_health.kernel_xids(str(log), proc=str(proc))
+    assert source == str(log)
+    assert [(event["xid"], event["time"]) for event in events] == [(119, 1764000060.0), (79, 1764000120.5)]
+    later, _source = gpu_health.kernel_xids(str(log), since=1764000100, proc=str(proc))
+    assert [event["xid"] for event in later] == [79]
+
+
+def test_an_unreadable_kernel_log_is_said():
+    events, source = gpu_health.kernel_xids("/no/such/kmsg")
+    assert events == [] and source.startswith("unreadable: /no/such/kmsg")
+
+
+def test_kmsg_unreadable_falls_back_on_journalctl(monkeypatch):
+    def journal(cmd, **_kwargs):
+        assert cmd[:3] == ["journalctl", "-k", "-b"]
+        return subprocess.CompletedProcess(cmd, 0, "1764000123.250000 gpu01 kernel: %s\n" % XID_119, "")
+
+    monkeypatch.setattr(gpu_health, "_kmsg_records", lambda path: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal)
+    assert source == "journalctl" and [(event["xid"], event["time"]) for event in events] == [(119, 1764000123.25)]
+
+
+def test_bus_ids_of_nvidia_smi_and_of_the_kernel_log_match():
+    assert gpu_health.bus_key("00000000:9B:00.0") == gpu_health.bus_key("0000:9b:00") == (0, 0x9B, 0)
+    assert gpu_health.bus_key("garbage") == (-1, -1, -1)
+
+
+def test_one_pass_reads_everything_of_a_two_gpu_node(tmp_path):
+    run = standin(tmp_path, {"gpus": [{}, {}], "nvlink": {"0": ["26.562 GB/s"], "1": ["26.562 GB/s"]}})
+    log = tmp_path / "kmsg"
+    log.write_text("")
+    found = gpu_health.read(str(log), run=run)
+    assert len(found["gpus"]) == 2 and found["processes"] == [] and found["xids"] == []
+    assert found["nvlink"] == {"0": {"up": 1, "down": []}, "1": {"up": 1, "down": []}}
+    assert [cmd[1] for cmd in run.calls] == [run.calls[0][1], run.calls[1][1], "nvlink"]  # three calls in all
