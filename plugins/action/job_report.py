@@ -13,7 +13,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, report
 
 display = Display()
 
@@ -40,7 +40,11 @@ class ActionModule(ActionBase):
         job = str(args["job"])
         table = report.format_table(results, show_job=args["show_job"])
         display.display("%s\n%s" % (args.get("title") or "job %s" % job, table))
-        result.update(changed=False, table=table.splitlines())
+        samples_dir = args.get("samples_dir") or args.get("logs_dir")
+        gpus = gpu_report.job_gpus(str(samples_dir), results) if samples_dir else {"lines": []}
+        if gpus["lines"]:
+            display.display("GPUs over the job (%s):\n%s" % (gpus["picture"], "\n".join(gpus["lines"])))
+        result.update(changed=False, table=table.splitlines(), gpus=gpus)
         message = report.failure_message(job, results)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)

@@ -174,6 +174,25 @@ options:
         type: list
         elements: int
         default: []
+  health:
+    description:
+      - How the node's supervisor watches the node's GPUs while the job runs (module_utils/gpu_watch.py).
+    type: dict
+    suboptions:
+      sample_s:
+        description:
+          - Seconds between two samples of the GPUs (utilisation, memory, power, temperature, SM clock, clock event
+            reasons) into C(gpus.csv) in the job folder; 0 samples nothing. Nothing is sampled on a node without
+            nvidia-smi.
+        type: float
+        default: 10
+      kernel_log:
+        description:
+          - Where the kernel's messages are followed for new XIDs (C(/dev/kmsg), or a file in its format). A new
+            hardware or driver XID while the job runs fails this node's part at once, naming the GPU and the XID,
+            and the other nodes stop theirs.
+        type: str
+        default: /dev/kmsg
   scheduler:
     description:
       - C(ssh) starts the supervisor now, detached. C(slurm) prepares the job folder only, with the state C(queued)

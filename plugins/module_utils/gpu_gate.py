@@ -65,14 +65,8 @@ def _utc(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(microsecond=0)
 
 
-def short_bus(bus_id: str) -> str:
-    """A PCI address as the kernel writes it (0000:9b:00.0), from nvidia-smi's (00000000:9B:00.0) or the XID's."""
-    domain, bus, device = gpu_health.bus_key(bus_id)
-    return "%04x:%02x:%02x.0" % (domain, bus, device) if bus >= 0 else bus_id
-
-
 def gpu_label(gpu: Mapping[str, Any]) -> str:
-    return "GPU %d (%s)" % (gpu["index"], short_bus(str(gpu.get("bus_id") or "")))
+    return "GPU %d (%s)" % (gpu["index"], gpu_health.short_bus(str(gpu.get("bus_id") or "")))
 
 
 def _by_bus(health: Mapping[str, Any]) -> dict[tuple[int, int, int], Mapping[str, Any]]:
@@ -82,7 +76,7 @@ def _by_bus(health: Mapping[str, Any]) -> dict[tuple[int, int, int], Mapping[str
 def _count(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     found = []
     for lost in health.get("lost") or []:
-        found.append(Finding(True, "GPU at %s" % short_bus(lost["bus_id"]), "nvidia-smi cannot reach it (%s)"
+        found.append(Finding(True, "GPU at %s" % gpu_health.short_bus(lost["bus_id"]), "nvidia-smi cannot reach it (%s)"
                              % lost["error"], "reboot the node, or leave it out of the inventory until it is repaired"))
     answering = len(health.get("gpus") or [])
     pci = health.get("pci_gpus")
@@ -140,7 +134,7 @@ def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     found = []
     for (bus, _xid), (event, count) in sorted(latest.items(), key=lambda item: item[1][0]["time"]):
         gpu = gpus.get(bus)
-        label = gpu_label(gpu) if gpu else "GPU at %s" % short_bus(event["bus_id"])
+        label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
         after = _utc(event["time"] + 1).isoformat()
         found.append(Finding(True, label, "XID %d (%s)%s, last at %s UTC, a hardware or driver fault, in the kernel "
                              "log since boot" % (event["xid"], event["meaning"], " %d times" % count if count > 1 else "",

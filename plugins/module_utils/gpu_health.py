@@ -95,6 +95,12 @@ def bus_key(bus_id: str) -> tuple[int, int, int]:
         return (-1, -1, -1)
 
 
+def short_bus(bus_id: str) -> str:
+    """A PCI address as the kernel writes it (0000:9b:00.0), from nvidia-smi's (00000000:9B:00.0) or the XID's."""
+    domain, bus, device = bus_key(bus_id)
+    return "%04x:%02x:%02x.0" % (domain, bus, device) if bus >= 0 else bus_id
+
+
 def _smi(run: Runner, args: list[str]) -> tuple[int, str]:
     try:
         done = run(["nvidia-smi", *args], capture_output=True, text=True, check=False, timeout=60)

@@ -65,6 +65,10 @@ class JobSpec:
     # it and its ID (which every node holds; the container runs the ID, so a tag moved meanwhile changes nothing),
     # whether it gets the node's GPUs, and the user's volumes, ulimits and engine arguments. The container's name
     # comes from the run (containers.container_name).
+    # The node's GPUs while the job runs (gpu_watch.py): seconds between samples into gpus.csv (0: none), and where the
+    # kernel's messages are followed for new XIDs.
+    health_sample_s: float = Defaults.GPU_SAMPLE_S
+    health_kernel_log: str = "/dev/kmsg"
     container_engine: str = ""
     container_image: str = ""
     container_image_id: str = ""

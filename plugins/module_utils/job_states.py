@@ -148,6 +148,8 @@ class Defaults:
     # Before a node's first output of an attempt (imports, data loading, rendezvous), its silence counts towards
     # the hang watchdog only past this many seconds.
     HANG_STARTUP_S = 120.0
+    # Seconds between two samples of a node's GPUs while the job runs (gpu_watch.py); 0 samples nothing.
+    GPU_SAMPLE_S = 10.0
 
 
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.

@@ -45,6 +45,10 @@ GROUPS: dict[str, dict] = {
         "max_restarts": {"type": "int", "default": 0},
         "restart_ports": {"type": "list", "elements": "int", "default": []},
     },
+    "health": {
+        "sample_s": {"type": "float", "default": Defaults.GPU_SAMPLE_S},
+        "kernel_log": {"type": "str", "default": "/dev/kmsg"},
+    },
     "slurm": {
         "node": {"type": "str", "required": True},
         "job_id": {"type": "str", "required": True},

@@ -52,6 +52,8 @@ import time
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
     attempt_verdict,
     failure_reason,
@@ -137,6 +139,13 @@ class Supervisor:
             "max_restarts": self.max_restarts,
             "attempts": [],
         }
+        # The node's GPUs while the job runs (gpu_watch.py): sampled into gpus.csv; a new hardware or driver XID in the
+        # kernel log is this node's failure, told to the other nodes at once.
+        nodes = spec.get("nodes") or []
+        rank = int(spec.get("node_rank") or 0)
+        self.gpu_watch = GpuWatch(job_dir, str(nodes[rank][0]) if rank < len(nodes) else "this node",
+                                  float(spec.get("health_sample_s") or 0), str(spec.get("health_kernel_log") or KMSG))
+        self.gpu_failure: StopReason | None = None
         self.state.update(self.runtime.state_fields(spec))
         self.state.update(scheduler.state_fields(dict(os.environ)))
 
@@ -173,6 +182,8 @@ class Supervisor:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
         outcome = self.ended.as_dict() if phase == HeartbeatPhase.ENDED and self.ended is not None else {}
+        if not outcome and self.gpu_failure is not None:  # failing now: the others stop before this part has ended
+            outcome = {"outcome": self.gpu_failure.outcome, "reason": self.gpu_failure.reason}
         self.gang.send({
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
@@ -204,6 +215,13 @@ class Supervisor:
         gang's reason."""
         if self.stop_reason is not None:
             return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for)
+        fault = self.gpu_watch.poll()
+        if fault is not None:
+            if self.gpu_failure is None:
+                self.gpu_failure = StopReason(JobState.FAILED, fault[0], None)
+                self.save(gpu_fault=fault[0], gpu_fault_at=round(fault[1], 3))
+                self._beat(HeartbeatPhase.RUNNING, force=True)
+            return self.gpu_failure
         return self._gang_stop_reason()
 
     def begin_stop(self, stop: StopReason) -> None:
@@ -293,6 +311,7 @@ class Supervisor:
             self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.ended.reason)
             return 1
         self.save()
+        self.log(self.gpu_watch.start())
         while True:
             port = self.ports[self.attempt - 1]
             if self.attempt > 1:
@@ -309,6 +328,7 @@ class Supervisor:
         return self._finish(gang)
 
     def _finish(self, gang: str) -> int:
+        self.gpu_watch.close()
         self.state.pop("phase", None)
         # exit_code first: whoever sees the final state in state.json finds exit_code there too.
         ended = self.ended

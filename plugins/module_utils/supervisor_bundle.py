@@ -5,8 +5,8 @@
 """The supervisor as it is shipped to the nodes: one file, standard library only, Python 3.8+.
 
 Its parts are read and tested as modules of their own (job_states, job_processes, free_ports, slurm_jobs,
-schedulers, containers, runtimes, gang, gang_rules, attempt, supervisor); the launch writes them into the job
-folder as one file, in that order, with the imports between them removed, so that the node runs it with its own python3 and
+schedulers, containers, runtimes, gang, gang_rules, gpu_health, gpu_watch, attempt, supervisor); the launch writes
+them into the job folder as one file, in that order, with the imports between them removed, so that the node runs it with its own python3 and
 nothing of the collection installed (``python3 supervisor.py JOB_DIR``). No two parts define one top-level name
 (a unit test checks): in the one file, the later would replace the earlier.
 One file rather than a zipapp: a person reading a job folder finds the code that runs it in plain text.
@@ -23,6 +23,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     free_ports,
     gang,
     gang_rules,
+    gpu_health,
+    gpu_watch,
     job_processes,
     job_states,
     runtimes,
@@ -32,7 +34,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
 )
 
 PARTS = (job_states, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
-         attempt, supervisor)
+         gpu_health, gpu_watch, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

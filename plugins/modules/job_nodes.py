@@ -120,4 +120,10 @@ decided:
       description: The hosts with no GPU to check (no nvidia-smi and none on the PCI bus).
       type: list
       elements: str
+    slurm_drain:
+      description:
+        - Under C(scheduler=slurm), the Slurm nodes whose GPUs the health gate refuses, to drain - C(name) (Slurm's
+          NodeName), C(host) and C(reason) (C(gpufleet:) and the first fault).
+      type: list
+      elements: dict
 """

@@ -40,6 +40,11 @@ options:
   logs_dir:
     description: Controller folder of the fetched logs; the table then shows C(<logs_dir>/<host>.log).
     type: str
+  samples_dir:
+    description:
+      - Controller folder of the nodes' fetched GPU samples (C(<host>.gpus.csv)), reported under the table with
+        C(gpus.png) drawn there; O(logs_dir) when not given.
+    type: str
   title:
     description: Line printed above the table.
     type: str
@@ -68,4 +73,12 @@ table:
   returned: always
   type: list
   elements: str
+gpus:
+  description:
+    - With O(logs_dir), what the nodes' GPU samples (C(<node>.gpus.csv) there) say, printed under the table - C(lines)
+      (per node, mean utilisation, peak memory, maximum temperature, seconds throttled and why, its hardware XID;
+      then the likely stragglers), C(stragglers), C(nodes) and C(picture), the path of C(gpus.png) (utilisation and
+      memory over time, one line per node, XIDs marked); empty lists and no picture without samples.
+  returned: always
+  type: dict
 """

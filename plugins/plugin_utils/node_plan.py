@@ -55,6 +55,8 @@ class NodeDecisions:
     # The GPU health gate's warnings by host (refusals are problems), and the hosts with no GPU to check.
     gpu_warnings: dict[str, list[str]] = field(default_factory=dict)
     no_gpu: list[str] = field(default_factory=list)
+    # Under Slurm, the nodes the GPU health gate refuses, to drain with the fault as reason (name, host, reason).
+    slurm_drain: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,6 +127,29 @@ def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, np
     return gpu_gate.findings(probe.get("gpu_health") or {}, gate)
 
 
+@dataclass
+class _GpuHealth:
+    """What the GPU health gate found on the nodes so far: the warnings by host, the hosts without a GPU to check,
+    and each refused host's first fault (Slurm's drain reason)."""
+
+    warnings: dict[str, list[str]] = field(default_factory=dict)
+    no_gpu: list[str] = field(default_factory=list)
+    faults: dict[str, str] = field(default_factory=dict)
+
+    def judge(self, host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None) -> str:
+        """The node's GPU refusals, all of them, one a line (a person mends them in one visit), or ''."""
+        found = gpu_findings(host, probe, settings, nproc)
+        refusals = [finding for finding in found if finding.refuse]
+        if refusals:
+            self.faults[host] = ("%s: %s" % (refusals[0].gpu, refusals[0].fact)).lstrip(": ")
+        warned = [finding.message(host) for finding in found if not finding.refuse]
+        if warned:
+            self.warnings[host] = warned
+        if not gpu_gate.has_gpus(probe.get("gpu_health") or {}):
+            self.no_gpu.append(host)
+        return "\n".join(finding.message(host) for finding in refusals)
+
+
 def node_nproc(host: str, probe: Mapping[str, Any], plan: Mapping[str, Any], gpus: Any) -> int:
     """The node's number of ranks: nproc_per_node, else its gpufleet_gpus, else the GPUs its probe found (one
     at least, for a node without GPUs). A gpufleet_gpus that is not a whole number is refused naming the host."""
@@ -153,8 +178,7 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     under scheduler=slurm (the command task's result), else None."""
     problems: dict[str, str] = {}
     nproc: dict[str, int] = {}
-    warnings: dict[str, list[str]] = {}
-    no_gpu: list[str] = []
+    health = _GpuHealth()
     for node in plan["nodes"]:
         host = node["host"]
         probe = probes.get(host)
@@ -165,16 +189,10 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
             nproc[host] = node_nproc(host, probe, plan, settings.gpus.get(host))
         except ValueError as exc:
             problem = str(exc)
-        found = gpu_findings(host, probe, settings, nproc.get(host))
-        # Every GPU refusal of the node at once: a person mends them in one visit.
-        refused = "\n".join(finding.message(host) for finding in found if finding.refuse)
+        refused = health.judge(host, probe, settings, nproc.get(host))
         problem = node_problem(host, node["ip"], probe, plan, settings, refused) or problem
         if problem:
             problems[host] = problem
-        if any(not finding.refuse for finding in found):
-            warnings[host] = [finding.message(host) for finding in found if not finding.refuse]
-        if not gpu_gate.has_gpus(probe.get("gpu_health") or {}):
-            no_gpu.append(host)
     running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
     refusal = running_refusal(plan["job"], running) if running and not force else ""
     slots = [nproc.get(host, 0) for host in plan["hosts"]]
@@ -201,4 +219,6 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
         master_port=master_port, restart_ports=restart_ports,
         # The ports are checked between the nodes where the controller chose them, before a new launch.
         check_ports=not at_start and int(plan.get("nnodes") or 0) > 1 and not running,
-        slurm=allocation, gpu_warnings=warnings, no_gpu=no_gpu)
+        slurm=allocation, gpu_warnings=health.warnings, no_gpu=health.no_gpu,
+        slurm_drain=slurm_batch.drain_orders(slurm_answer, plan["nodes"], health.faults)
+        if scheduler.allocates_nodes and slurm_answer is not None else [])

@@ -62,6 +62,8 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
             state = "stopped (Ctrl-C)"
         elif state == JobState.STOPPED and result.get(STOPPED_FOR):
             state = "stopped (gang)"
+        elif result.get("gpu_fault"):  # a new hardware XID on this node while the job ran (gpu_watch.py)
+            state = "%s (%s)" % (state, str(result["gpu_fault"]).rsplit(": ", 1)[-1].split(",")[0])
         attempts = result.get("attempts")
         rows.append(
             {
@@ -111,6 +113,11 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     failed = [r for r in results if r.get("state") in FAILURE_STATES]
     if not failed:
         return None
+    # A node whose GPU raised a hardware XID while the job ran is the cause, even when a rank elsewhere, failing in a
+    # collective with that GPU gone, exited first.
+    faulted = [r for r in failed if r.get("gpu_fault")]
+    if faulted:
+        return min(faulted, key=lambda r: (r.get("gpu_fault_at") or float("inf"), r.get("node_rank", 0)))
     # A node whose supervisor vanished, or that went silent, failed when the others last heard it: as recorded when
     # they counted it lost, else the latest time any of them heard it before ending.
     lost_at: dict[str, float] = {}
@@ -152,7 +159,9 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")
     root = cause.get("root_cause")
-    if state == JobState.UNREACHABLE:
+    if cause.get("gpu_fault"):
+        parts.append(str(cause["gpu_fault"]))
+    elif state == JobState.UNREACHABLE:
         parts.append("the node stopped answering")
     elif state == JobState.LOST:
         parts.append(str(cause.get("lost_reason") or "its supervisor vanished"))

@@ -113,6 +113,23 @@ def allocation(answer: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], as
     return result
 
 
+def drain_orders(answer: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], reasons: Mapping[str, str]
+                 ) -> list[dict[str, str]]:
+    """The Slurm nodes to drain, with the reason, for the hosts in ``reasons`` (a host's fault), as NHC drains a
+    node it finds bad: ``name`` (Slurm's NodeName) and ``reason`` ("gpufleet: ..."). Nodes Slurm does not know, or
+    an answer that is not Slurm's node table, give none."""
+    if answer.get("rc") != 0 or not reasons:
+        return []
+    table = node_table(str(answer.get("stdout") or ""))
+    orders = []
+    for node in nodes:
+        reason = reasons.get(str(node["host"]))
+        found = _find(table, str(node["host"]), str(node["ip"])) if reason else None
+        if found is not None:
+            orders.append({"name": found["name"], "host": str(node["host"]), "reason": "gpufleet: %s" % reason})
+    return orders
+
+
 def sbatch_head(options: Sequence[str]) -> str:
     """A batch script's first lines: the interpreter, then one ``#SBATCH`` line per option, shell-quoted."""
     return "#!/bin/bash\n" + "".join("#SBATCH %s\n" % shlex.quote(option) for option in options)

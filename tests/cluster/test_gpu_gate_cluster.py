@@ -6,13 +6,17 @@ What this checks: the probe's reading of nvidia-smi's formats over SSH on a real
 play, the refusal before any job folder is written on any node, the acknowledgement and allow_busy_gpus. What it
 does not: a real GPU or driver (tests/gpu/ does, where one is lent); the stand-in's figures are the test's."""
 
+import csv
 import os
 import re
+import struct
 import time
 
 import pytest
 
 import gpu_standin
+import jobfaults
+from bounds import report as report_bound
 
 pytestmark = pytest.mark.cluster
 
@@ -122,3 +126,65 @@ def test_a_healthy_node_launches_without_a_word_of_its_gpus(cluster, gpus):
     run = cluster.playbook("train.yml", *ARGS)
     assert run.rc == 0, run.out[-3000:]
     assert "node1 GPU" not in run.out and "GPU health: no GPU on node0" in " ".join(run.out.split())
+
+
+def test_an_xid_79_while_training_stops_every_node_within_5_s_naming_node_gpu_and_xid(cluster, gpus):
+    """node1's supervisor follows its kernel log (gpu_watch.py): an XID 79 line written there while the job trains
+    fails node1's part at once, and the others stop theirs on its heartbeat. Measured as the fault rows are: from
+    the injection to no process of the job left on any node. The GPUs are sampled every second into gpus.csv, which
+    is fetched with the logs."""
+    job = "gpu-xid"
+    run = jobfaults.train(cluster, job, *gpu_standin.KERNEL_LOG_ARGS, "-e", "gpu_sample_s=1")
+    try:
+        jobfaults.wait_training(cluster, job, steps=8, run=run)
+        injected = gpu_standin.log_kernel(NODE, XID_79)
+        report_bound("XID 79 in one node's kernel log -> nothing left on any node",
+                     jobfaults.wait_gone(cluster, job) - injected, 5)
+        done = run.finish()
+    finally:
+        for node in cluster.nodes:
+            cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
+    out = " ".join(done.out.split())
+    assert done.rc != 0
+    assert ("job gpu-xid failed on node1 (node_rank 1): node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the "
+            "bus") in out, done.out[-3000:]
+    assert re.search(r"node1 +1 +failed \(XID 79\)", done.out), done.out[-3000:]
+    with open(os.path.join(cluster.state, "logs", job, "node1.gpus.csv")) as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {row["index"] for row in rows} == {"0", "1"} and {row["host"] for row in rows} == {"node1"}
+    assert not os.path.exists(os.path.join(cluster.state, "logs", job, "node0.gpus.csv"))  # node0 has no GPU
+    # The picture of the run, drawn from the fetched samples: a PNG of 1000 x 600 pixels.
+    with open(os.path.join(cluster.state, "logs", job, "gpus.png"), "rb") as handle:
+        head = handle.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (1000, 600)
+
+
+def test_a_node_whose_gpus_are_throttled_during_the_run_is_named_a_likely_straggler(cluster, gpus):
+    """node1 (two stand-in GPUs) and node2 (one, at the bus address of its fake sysfs H100) train at full load; once
+    training runs, node1's GPUs report HW thermal slowdown at a lower SM clock. The report names node1."""
+    job = "gpu-straggler"
+    busy = {"utilization.gpu": 96, "memory.used": 30000, "clocks.sm": 1980, "clocks_event_reasons.active": "0x0"}
+    gpu_standin.install("node2", {"gpus": [busy]})
+    try:
+        gpu_standin.write_state(NODE, {"gpus": [busy, busy]})
+        run = jobfaults.train(cluster, job, *gpu_standin.KERNEL_LOG_ARGS, "-e", "gpu_sample_s=1",
+                              script_args="--steps 80")
+        jobfaults.wait_training(cluster, job, steps=3, run=run)
+        hot = dict(busy, **{"clocks.sm": 1100, "clocks_event_reasons.active": "0x0000000000000040"})
+        gpu_standin.write_state(NODE, {"gpus": [hot, hot]})
+        done = run.finish()
+        # status.yml of the job says the same from the nodes' samples (fetched again).
+        status = cluster.playbook("status.yml", "-e", "job=%s" % job)
+    finally:
+        gpu_standin.remove("node2")
+        for node in cluster.nodes:
+            cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
+    out = " ".join(done.out.split())
+    assert done.rc == 0, done.out[-3000:]
+    assert re.search(r"node1 is a likely straggler: its clocks were held down \d+% of the run \(HW thermal slowdown\)",
+                     out), done.out[-3000:]
+    assert "node2 is a likely straggler" not in out
+    assert re.search(r"node2: 1 GPU, mean utilisation 96%, peak memory 29.3 GiB", out), done.out[-3000:]
+    assert os.path.exists(os.path.join(cluster.state, "logs", job, "gpus.png"))
+    assert status.rc == 0 and re.search(r"node1 is a likely straggler: its clocks were held down \d+% of the run",
+                                        " ".join(status.out.split())), status.out[-3000:]

@@ -19,6 +19,7 @@ import shutil
 import pytest
 import yaml
 
+import gpu_standin
 import testbed
 from bounds import report as report_bound
 from harness import REPO, Cluster
@@ -364,3 +365,32 @@ def test_the_exported_sbatch_script_trains_under_plain_sbatch(slurm_cluster, slu
     # Two ranks on each node, in Slurm's order of the allocation (node7, node8, node9).
     assert ranks == {"node7": [0, 1], "node8": [2, 3], "node9": [4, 5]}, outputs
     assert "rendezvous %s:" % slurm_cluster.addresses["node7"] in batch, batch
+
+
+def test_a_node_the_gpu_gate_refuses_is_drained_in_slurm_and_a_later_job_does_not_get_it(slurm_cluster, slurm_train):
+    """node9 gets two stand-in GPUs (tests/cluster/gpu_standin.py), one with uncorrectable ECC errors: train.yml under
+    Slurm refuses it before anything is submitted, and drains it in Slurm with the fault as reason, as NHC does. A
+    later job, with node9's GPUs healthy again, is refused as well: Slurm would place nothing there. Undraining is the
+    operator's (the test does it after)."""
+    gpu_standin.install("node9", {"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 3}]})
+    try:
+        refused = slurm_cluster.playbook("train.yml", "-e", "script=%s" % CONTRACT, "-e", "job=sl-drain", *SLURM,
+                                         *gpu_standin.KERNEL_LOG_ARGS, inventory=slurm_train["reverse"])
+        out = " ".join(refused.out.split())
+        assert refused.rc != 0
+        assert "node9 GPU 1 (0000:19:00.0): 3 uncorrectable ECC errors since the driver loaded" in out, out[-3000:]
+        assert "Slurm job" not in out  # nothing was submitted
+        shown = slurm_cluster.node_exec("node7", "scontrol", "--oneliner", "show", "node", "node9").stdout.decode()
+        assert re.search(r"State=\S*DRAIN", shown), shown
+        assert "Reason=gpufleet: GPU 1 (0000:19:00.0): 3 uncorrectable ECC errors since the driver loaded" in shown, shown
+        gpu_standin.write_state("node9", {"gpus": [{}, {}]})
+        later = slurm_cluster.playbook("train.yml", "-e", "script=%s" % CONTRACT, "-e", "job=sl-drain", *SLURM,
+                                       *gpu_standin.KERNEL_LOG_ARGS, inventory=slurm_train["reverse"])
+        assert later.rc != 0
+        assert re.search(r"scheduler=slurm: node9 is \S*DRAIN\S* in Slurm \(node node9\), so the job would never start",
+                         " ".join(later.out.split())), later.out[-3000:]
+    finally:
+        gpu_standin.remove("node9")
+        slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=RESUME")
+    for node in slurm_cluster.nodes:
+        assert slurm_cluster.node_exec(node, "test", "-e", "/root/.gpufleet/jobs/sl-drain").returncode != 0

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, SCRIPTS, proc_env_has
 
 pytestmark = pytest.mark.integration
+STANDIN = os.path.join(REPO, "tests", "cluster", "scripts", "nvidia_smi_standin.py")
 
 
 def test_train_succeeds_with_world_size_2_and_fetches_logs(local):
@@ -68,11 +69,15 @@ TRAIN = ["-e", "script=examples/train.py"]
 
 
 def _fake_one_gpu(local, env):
-    """nvidia-smi on PATH that lists one GPU, as on a node with one."""
+    """nvidia-smi on PATH that lists one healthy GPU, as on a node with one: the test cluster's stand-in
+    (tests/cluster/scripts/nvidia_smi_standin.py), run by this Python, answering from a state file."""
     fake = local.root / "bin"
     fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    with open(STANDIN) as handle:
+        (fake / "nvidia-smi").write_text("#!%s\n%s" % (sys.executable, handle.read().split("\n", 1)[1]))
     (fake / "nvidia-smi").chmod(0o755)
+    (local.root / "gpus.json").write_text('{"gpus": [{}]}')
+    env["GPUFLEET_STANDIN_GPUS"] = str(local.root / "gpus.json")
     env["PATH"] = "%s:%s:%s" % (fake, os.path.dirname(sys.executable), os.environ["PATH"])
 
 

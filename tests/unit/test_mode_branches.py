@@ -27,6 +27,7 @@ CONTAINER_BRANCH = re.compile(
 SLURM_STRATEGY = {
     "plugins/module_utils/schedulers.py", "plugins/module_utils/slurm_jobs.py", "plugins/plugin_utils/slurm_batch.py",
     "plugins/filter/slurm_job.py", "roles/job/tasks/train/launch_slurm.yml", "roles/job/tasks/train/slurm_preflight.yml",
+    "roles/job/tasks/train/slurm_drain.yml",
 }
 CONTAINER_STRATEGY = {
     "plugins/module_utils/runtimes.py", "plugins/module_utils/containers.py",

@@ -218,7 +218,7 @@ def test_under_slurm_nothing_is_asked_of_slurm_while_a_node_has_a_problem():
 def test_the_decisions_are_plain_data_for_the_role():
     decided = node_plan.decide(plan(hosts=("node9",)), {"node9": master_probe()}, SETTINGS, False).as_dict()
     assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "problems", "refusal",
-                               "restart_ports", "running_hosts", "slots", "slurm", "world_size"]
+                               "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain", "world_size"]
 
 
 # --- the GPU health gate (module_utils/gpu_gate.py) in the plan --------------------------------------------------------
@@ -307,3 +307,16 @@ def test_the_action_reads_each_hosts_registered_probe_and_gpufleet_gpus():
     assert decided["nproc"] == {"node9": 2, "node8": 8}
     assert decided["problems"] == {
         "node8": "node8: gpufleet_python=/opt/py/bin/python3 was not found or does not run on the node"}
+
+
+def test_under_slurm_a_node_the_gpu_gate_refuses_is_to_be_drained_with_its_fault():
+    ecc = gpu_health(2)
+    ecc["gpus"][1]["ecc_uncorrected"] = 3.0
+    probes = {"node9": probe(gpus=2, gpu_health=ecc), "node8": probe(gpus=0), "node7": probe(gpus=0)}
+    decided = node_plan.decide(plan(scheduler="slurm"), probes, SETTINGS, False, SCONTROL)
+    assert list(decided.problems) == ["node9"]
+    assert decided.slurm_drain == [{"name": "node9", "host": "node9", "reason": (
+        "gpufleet: GPU 1 (0000:19:00.0): 3 uncorrectable ECC errors since the driver loaded")}]
+    # Not under Slurm, or without Slurm's node table: nothing to drain.
+    assert node_plan.decide(plan(), probes, SETTINGS, False).slurm_drain == []
+    assert node_plan.decide(plan(scheduler="slurm"), probes, SETTINGS, False, {"rc": 1, "stdout": ""}).slurm_drain == []

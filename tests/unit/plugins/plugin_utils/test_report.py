@@ -127,3 +127,20 @@ def test_a_rank_that_ran_on_another_node_than_the_launcher_is_named_with_its_nod
                   root_cause={"rank": 4, "local_rank": 0, "exit_code": 3, "host": "node2"})
     assert report.failure_message("j", [failed]).startswith(
         "job j failed on node0 (node_rank 0): global rank 4 (local rank 0 on node2) exited with code 3")
+
+
+def test_a_hardware_xid_is_the_cause_even_when_a_rank_elsewhere_exited_first():
+    """node1's GPU fell off the bus (its supervisor's gpu_watch); node0's rank failed in a collective a moment before
+    node1's own part ended: the XID is named, and the table marks it."""
+    xid = "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
+    node0 = {"host": "node0", "node_rank": 0, "state": "failed", "exit_code": 1, "first_exit_at": 100.2,
+             "root_cause": {"rank": 0, "local_rank": 0, "exit_code": 1}}
+    node1 = {"host": "node1", "node_rank": 1, "state": "failed", "exit_code": 1, "first_exit_at": 100.9,
+             "gpu_fault": xid, "gpu_fault_at": 100.1, "stop_reason": xid}
+    node2 = {"host": "node2", "node_rank": 2, "state": "stopped", "exit_code": 1, "stopped_for": "node1"}
+    assert report.first_failure([node0, node1, node2]) is node1
+    assert report.failure_message("j", [node0, node1, node2]) == (
+        "job j failed on node1 (node_rank 1): node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus; failed "
+        "after it: node0; stopped on the other nodes: node2.")
+    assert [row["state"] for row in report.table_rows([node0, node1, node2])] == [
+        "failed", "failed (XID 79)", "stopped (gang)"]
