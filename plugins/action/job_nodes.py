@@ -17,6 +17,8 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_arg
 
 # The registered result of gpufleet.cluster.node_probe on each node (roles/job/tasks/train/preflight.yml).
 PROBE_VARIABLE = "__job_probe"
+# The registered result of gpufleet.cluster.dcgm_diag on each node, with health_diag=1 (preflight.yml).
+DCGM_VARIABLE = "__job_dcgm"
 
 
 class ActionModule(ActionBase):
@@ -39,6 +41,10 @@ class ActionModule(ActionBase):
             probe = found.get(PROBE_VARIABLE)
             if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):
                 probes[host] = dict(self._templar.template(probe))
+                # health_diag=1: DCGM's diagnostic on the node, judged with the rest of its GPUs' health.
+                diag = found.get(DCGM_VARIABLE)
+                if isinstance(diag, Mapping) and not diag.get("skipped") and probes[host].get("gpu_health"):
+                    probes[host]["gpu_health"] = dict(probes[host]["gpu_health"], dcgm=self._templar.template(diag))
             gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
             acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
         settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),

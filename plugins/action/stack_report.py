@@ -34,12 +34,16 @@ class ActionModule(ActionBase):
         dcgm_table = verify.dcgm_table(dcgm) if dcgm else ""
         if dcgm:
             shown += "\n\nDCGM diagnostic, per GPU\n%s" % dcgm_table
+        findings = verify.health_findings(results, dict(args["expected_gpus"] or {}), dict(args["acknowledged"] or {}))
+        health = verify.health_table(findings, results)
+        shown += "\n\nGPU health (what train.yml's gate would refuse or warn of)\n%s" % health
         display.display(shown)
         problems = verify.stack_problems(results, dict(args["expected_gpus"] or {}))
         problems += verify.services_problems(results)
         problems += verify.dcgm_problems(dcgm, dict(args["dcgm_required"] or {}))
+        problems += [finding.message(host) for host, found in findings.items() for finding in found if finding.refuse]
         result.update(changed=False, table=table.splitlines(), services=services.splitlines(),
-                      dcgm=dcgm_table.splitlines(), problems=problems)
+                      dcgm=dcgm_table.splitlines(), health=health.splitlines(), problems=problems)
         if problems:
             result.update(failed=True, msg="; ".join(problems))
         return result

@@ -161,6 +161,29 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     return found
 
 
+def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
+    """DCGM's diagnostic (health_diag=1: dcgmi diag -r 1, gpufleet.cluster.dcgm_diag's result under ``dcgm``): a GPU
+    that fails refuses; a node without DCGM, or whose diagnostic did not run, is warned of."""
+    diag = health.get("dcgm")
+    if not diag or diag.get("skipped"):
+        return []
+    if not diag.get("present"):
+        return [Finding(False, "", "health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed",
+                        "provision the node with -e dcgm_enabled=true, or leave health_diag out")]
+    if diag.get("error"):
+        return [Finding(False, "", "DCGM's diagnostic did not run: %s" % diag["error"],
+                        "check nv-hostengine (systemctl status nvidia-dcgm)")]
+    found = []
+    for entry in diag.get("gpus") or []:
+        if str(entry.get("result")).lower() == "fail":
+            label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else ""
+            found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s%s)" % (
+                diag.get("level", 1), ", ".join(entry.get("failed") or []) or "fail",
+                ": " + entry["messages"][0] if entry.get("messages") else ""),
+                "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
+    return found
+
+
 def _warnings(health: Mapping[str, Any]) -> list[Finding]:
     found = []
     for gpu in health.get("gpus") or []:
@@ -183,7 +206,7 @@ def _warnings(health: Mapping[str, Any]) -> list[Finding]:
 
 def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     """Every finding on a node's GPUs, refusals first, in this order: GPUs missing or lost, GPUs in an error
-    state or with memory faults, GPUs held by other processes, XIDs, NVLink; then the warnings."""
+    state or with memory faults, GPUs held by other processes, XIDs, NVLink, DCGM's diagnostic; then the warnings."""
     if not health.get("nvidia_smi"):
         if health.get("pci_gpus"):
             return [Finding(False, "", "%s on the PCI bus but nvidia-smi is not installed, so the job runs "
@@ -198,7 +221,8 @@ def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]
     for gpu in health.get("gpus") or []:
         refusals += _gpu_state(gpu)
     refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
-    return refusals + _warnings(health)
+    dcgm = _dcgm(health)
+    return refusals + [f for f in dcgm if f.refuse] + _warnings(health) + [f for f in dcgm if not f.refuse]
 
 
 def has_gpus(health: Mapping[str, Any]) -> bool:

@@ -30,9 +30,13 @@ options:
     type: path
     default: /usr/local/cuda
   sys_root:
-    description: Where sysfs is read for NVSwitches (whether Fabric Manager is needed).
+    description: Where sysfs is read for NVSwitches (whether Fabric Manager is needed) and GPUs on the PCI bus.
     type: path
     default: /sys
+  kernel_log:
+    description: Where the kernel's messages are read for XIDs (C(/dev/kmsg), or a file in its format).
+    type: path
+    default: /dev/kmsg
   driver_packages:
     description: The driver packages whose installed version Fabric Manager's must equal (the first found).
     type: list
@@ -53,6 +57,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gpu_health:
+  description:
+    - The node's GPU health as train.yml's gate reads it (module_utils/gpu_health.py; the same keys as
+      M(gpufleet.cluster.node_probe)'s C(gpu_health)).
+  returned: always
+  type: dict
 gpu_count:
   description: GPUs nvidia-smi lists (0 without a working driver).
   returned: always
@@ -116,7 +126,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health, netinfo, node, nvidia_node
 
 
 def main() -> None:
@@ -126,14 +136,18 @@ def main() -> None:
                        "sys_root": {"type": "path", "default": "/sys"},
                        "driver_packages": {"type": "list", "elements": "str", "default": []},
                        "fabricmanager_packages": {"type": "list", "elements": "str",
-                                                  "default": ["nvidia-fabricmanager", "nvidia-fabric-manager"]}},
+                                                  "default": ["nvidia-fabricmanager", "nvidia-fabric-manager"]},
+                       "kernel_log": {"type": "path", "default": gpu_health.KMSG}},
         supports_check_mode=True,
     )
     gpus = nvidia_node.nvidia_smi_gpus()
     sys_root = module.params["sys_root"]
     peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
+    health = gpu_health.read(module.params["kernel_log"])
+    health["pci_gpus"] = len(nvidia_node.pci_gpus(sys_root))
     module.exit_json(
         changed=False,
+        gpu_health=health,
         gpu_count=gpus["count"],
         gpu_models=gpus["models"],
         driver=gpus["driver"],

@@ -42,6 +42,9 @@ options:
   dcgm_required:
     description: Node name to whether it must have DCGM (its C(dcgm_enabled)).
     type: dict
+  acknowledged:
+    description: Node name to its C(gpufleet_xids_acknowledged_before) (XIDs logged before it do not count).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -69,6 +72,13 @@ dcgm:
   elements: str
 problems:
   description: Each disagreement, missing GPU, Fabric Manager problem, or GPU that failed DCGM's diagnostic.
+  returned: always
+  type: list
+  elements: str
+health:
+  description:
+    - The GPU health table, a line per item - what train.yml's gate would refuse or warn of on each node (from
+      M(gpufleet.cluster.stack_facts)'s C(gpu_health)); a refusal fails the task, naming node, GPU and fact.
   returned: always
   type: list
   elements: str

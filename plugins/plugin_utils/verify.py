@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia_packaging import upstream_version
 
@@ -57,6 +58,37 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
             problems.append("%s has %d GPUs, its inventory says %d (gpufleet_gpus)" % (host, facts.get("gpu_count") or 0,
                                                                                        int(wanted)))
     return problems
+
+
+def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any],
+                    acknowledged: Mapping[str, Any]) -> dict[str, list[gpu_gate.Finding]]:
+    """The GPU health gate's findings on each node (module_utils/gpu_gate.py, as train.yml's preflight judges them,
+    with every GPU counted as one a job takes); a bad acknowledgement time is the node's finding."""
+    found = {}
+    for host, facts in results.items():
+        try:
+            since = gpu_gate.acknowledgement_time(acknowledged.get(host))
+        except ValueError:
+            found[host] = [gpu_gate.Finding(True, "", "%s=%r is not a date and time" % (
+                gpu_gate.ACK_VARIABLE, acknowledged.get(host)), "write one such as 2026-11-25T10:02:12+00:00")]
+            continue
+        wanted = expected_gpus.get(host)
+        settings = gpu_gate.GateSettings(expected=int(wanted) if str(wanted or "").isdigit() else None,
+                                         acknowledged_before=since)
+        found[host] = gpu_gate.findings(facts.get("gpu_health") or {}, settings)
+    return found
+
+
+def health_table(findings: Mapping[str, list[gpu_gate.Finding]], results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per finding (node, GPU, refuse or warn, the fact), or one saying the node's GPUs are healthy."""
+    rows = []
+    for host, found in findings.items():
+        health = results.get(host, {}).get("gpu_health") or {}
+        if not found:
+            rows.append([host, "-", "ok", "healthy (%d GPUs)" % len(health.get("gpus") or [])
+                         if gpu_gate.has_gpus(health) else "no GPU"])
+        rows += [[host, finding.gpu or "-", "refuse" if finding.refuse else "warn", finding.fact] for finding in found]
+    return _table(["node", "GPU", "verdict", "fact"], rows)
 
 
 SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "gpudirect_rdma")

@@ -11,8 +11,9 @@ GPU, no NVSwitch and no NVIDIA software is involved.
 
 import pytest
 
+import gpu_standin
 import testbed
-from harness import Cluster
+from harness import REPO, Cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -105,6 +106,22 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     assert failed.rc != 0
     assert ("%s: GPU 1 (serial gpufleet-standin-1) failed DCGM's diagnostic (level 1): software (fail): GPU 1 has "
             "pending row remaps (stand-in)" % name) in failed.out, failed.out[-4000:]
+    # train.yml -e health_diag=1 runs the same diagnostic in its GPU health gate (the node gets a stand-in nvidia-smi
+    # with one GPU at its fake sysfs H100's address, tests/cluster/gpu_standin.py): the failing GPU refuses the launch
+    # before anything is written. launcher=none with the system Python: this node has no training Python.
+    gpu_standin.install(name, {"gpus": [{}]})
+    host.run("echo '1 GPU 1 has pending row remaps (stand-in)' > /etc/gpufleet-standin/dcgm-diag-fail")
+    try:
+        gated = node.playbook("train.yml", "-e", "script=%s/examples/train.py" % REPO, "-e", "job=dcgm-gate",
+                              "-e", "launcher=none", "-e", "gpufleet_python=/usr/bin/python3", "-e", "health_diag=1",
+                              *gpu_standin.KERNEL_LOG_ARGS)
+    finally:
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag-fail")
+        gpu_standin.remove(name)
+    assert gated.rc != 0
+    assert ("%s GPU 1: fails DCGM's level-1 diagnostic (software (fail): GPU 1 has pending row remaps (stand-in))"
+            % name) in " ".join(gated.out.split()), gated.out[-4000:]
+    assert host.run("test -e /root/.gpufleet/jobs/dcgm-gate").rc != 0
     # Without its host engine DCGM gives no result, and verify.yml says so for the node instead of passing it.
     assert host.run("systemctl stop nvidia-dcgm").rc == 0
     try:

@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+import gpu_standin
+
 pytestmark = pytest.mark.cluster
 
 # node2's fake NVSwitch (tests/cluster/testbed.py FAKE_SYS) makes Fabric Manager needed there, and it cannot run on a
@@ -111,3 +113,23 @@ def test_verify_names_a_node_whose_fabric_manager_is_needed_but_not_running(clus
     services = run.out.split("NVIDIA services", 1)[1].splitlines()
     assert any(line.split()[:3] == ["node2", "580.95.05-1", "no"] for line in services), services[:6]
     assert any(line.split()[:3] == ["node0", "not", "needed"] for line in services)
+
+
+def test_verify_shows_the_gpu_health_table_and_fails_on_what_the_gate_refuses(cluster, provisioned):
+    """node1 gets two stand-in GPUs (tests/cluster/gpu_standin.py), one with a pending row remap and one on a narrow
+    PCIe link: verify.yml's GPU health table shows both, per GPU, and fails on the refusal, naming node, GPU and
+    fact; the nodes without GPUs say so."""
+    assert provisioned["converge"].rc == 0
+    gpu_standin.install("node1", {"gpus": [{"remapped_rows.pending": "Yes"}, {"pcie.link.width.current": 8}]})
+    try:
+        run = cluster.playbook("verify.yml", *REAL_SYS, *gpu_standin.KERNEL_LOG_ARGS, "--tags", "stack")
+    finally:
+        gpu_standin.remove("node1")
+    assert run.rc != 0
+    text = " ".join(run.out.split())
+    assert "node1 GPU 0 (0000:18:00.0): a row remap is pending; reset the GPU" in text, text[-3000:]
+    table = run.out.split("GPU health (what train.yml's gate would refuse or warn of)", 1)[1].splitlines()
+    rows = [line.split(None, 6) for line in table[3:8] if line.strip()]
+    assert ["node0", "-", "ok", "no", "GPU"] in rows, table[:8]
+    assert any(row[:6] == ["node1", "GPU", "0", "(0000:18:00.0)", "refuse", "a"] for row in rows), table[:8]
+    assert any(row[:6] == ["node1", "GPU", "1", "(0000:19:00.0)", "warn", "its"] for row in rows), table[:8]

@@ -166,3 +166,17 @@ def test_refusals_come_first_in_order():
                               gpu_gate.GateSettings())
     assert [finding.refuse for finding in found] == [True, True, True, False]
     assert [finding.fact.split(" ")[0] for finding in found] == ["nvidia-smi", "1", "XID", "its"]
+
+
+def test_dcgm_s_diagnostic_with_health_diag():
+    """health_diag=1: gpufleet.cluster.dcgm_diag's result (its shape: tests/fixtures/dcgm/) under the health's dcgm."""
+    failing = {"present": True, "level": 1, "error": None, "gpus": [
+        {"gpu": 0, "result": "Pass", "failed": [], "messages": []},
+        {"gpu": 1, "result": "Fail", "failed": ["memory (fail)"], "messages": ["A DBE occurred on GPU 1"]}]}
+    found = gpu_gate.findings(health(dcgm=failing), gpu_gate.GateSettings())
+    assert messages(found) == ["node2 GPU 1: fails DCGM's level-1 diagnostic (memory (fail): A DBE occurred on GPU 1); "
+                               "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"]
+    assert messages(gpu_gate.findings(health(dcgm={"present": False}), gpu_gate.GateSettings()), refuse=False) == [
+        "node2: health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed; provision the node with "
+        "-e dcgm_enabled=true, or leave health_diag out"]
+    assert gpu_gate.findings(health(dcgm={"skipped": True}), gpu_gate.GateSettings()) == []

@@ -102,3 +102,37 @@ def test_dcgm_missing_where_required_or_without_a_result_is_a_problem_and_not_ru
         "engine (gpufleet test text)."]
     rows = [line.split()[:3] for line in verify.dcgm_table(results).splitlines()[2:]]
     assert rows == [["gpu01", "-", "no"], ["gpu02", "-", "no"], ["gpu03", "-", "error"], ["gpu04", "-", "not"]]
+
+
+def test_the_gpu_health_table_and_its_refusals():
+    """verify.yml judges each node's gpu_health as train.yml's gate does (module_utils/gpu_gate.py)."""
+    def gpu(index, **values):
+        found = {"index": index, "bus_id": "00000000:%02X:00.0" % (0x18 + index), "error": "", "pcie_width": 16.0,
+                 "pcie_width_max": 16.0, "event_reasons": 1}
+        found.update(values)
+        return found
+
+    results = {
+        "gpu01": {"gpu_health": {"nvidia_smi": True, "gpus": [gpu(0), gpu(1)], "pci_gpus": 2, "kernel_log": "/dev/kmsg"}},
+        "gpu02": {"gpu_health": {"nvidia_smi": True, "gpus": [gpu(0, remap_pending=True), gpu(1, pcie_width=8.0)],
+                                 "pci_gpus": 2, "kernel_log": "/dev/kmsg", "xids": [{
+                                     "bus_id": "0000:19:00", "xid": 79, "meaning": "GPU has fallen off the bus",
+                                     "class": "hardware", "detail": "", "time": 1764064800.0}]}},
+        "cpu01": {"gpu_health": {"nvidia_smi": False, "pci_gpus": 0}},
+    }
+    found = verify.health_findings(results, {}, {"gpu02": "2026-11-25T10:00:01Z"})
+    assert [finding.message("gpu02") for finding in found["gpu02"] if finding.refuse] == [
+        "gpu02 GPU 0 (0000:18:00.0): a row remap is pending; reset the GPU (nvidia-smi -r -i 0, with nothing running "
+        "on it) or reboot the node"]  # the XID logged before the acknowledgement does not count
+    lines = verify.health_table(found, results).splitlines()
+    assert [line.split("  ")[0] for line in lines[2:]] == ["gpu01", "gpu02", "gpu02", "cpu01"]
+    assert set(lines[1]) == {"-", " "}
+    assert [" ".join(line.split()) for line in lines[:1] + lines[2:]] == [
+        "node GPU verdict fact",
+        "gpu01 - ok healthy (2 GPUs)",
+        "gpu02 GPU 0 (0000:18:00.0) refuse a row remap is pending",
+        "gpu02 GPU 1 (0000:19:00.0) warn its PCIe link runs at x8, narrower than its x16",
+        "cpu01 - ok no GPU"]
+    assert lines[0].index("verdict") == lines[3].index("refuse") == lines[4].index("warn")  # aligned columns
+    assert verify.health_findings(results, {}, {"gpu01": "soon"})["gpu01"][0].fact == \
+        "gpufleet_xids_acknowledged_before='soon' is not a date and time"
