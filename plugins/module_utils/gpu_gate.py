@@ -149,13 +149,14 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     if not any(state.get("up") for state in states.values()):
         return []  # no NVLink up anywhere: GPUs without NVLink (or a bridge not fitted), nothing to compare
     gpus, found = {str(gpu["index"]): gpu for gpu in health.get("gpus") or []}, []
+    up = sum(state.get("up", 0) for state in states.values())
     for index, state in sorted(states.items()):
         if state.get("down"):
             gpu = gpus.get(index)
             label = gpu_label(gpu) if gpu else "GPU %s" % index
             found.append(Finding(True, label, "NVLink link%s %s down while %d other link%s of the node's GPUs are up" % (
                 "s" if len(state["down"]) > 1 else "", ", ".join(str(link) for link in state["down"]),
-                sum(s.get("up", 0) for s in states.values()), "" if sum(s.get("up", 0) for s in states.values()) == 1 else "s"),
+                up, "" if up == 1 else "s"),
                 "check the NVLink fabric (nvidia-smi nvlink --status; Fabric Manager on NVSwitch systems), or reboot "
                 "the node"))
     return found
@@ -223,6 +224,21 @@ def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]
     refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
     dcgm = _dcgm(health)
     return refusals + [f for f in dcgm if f.refuse] + _warnings(health) + [f for f in dcgm if not f.refuse]
+
+
+def judge(health: Mapping[str, Any], acknowledged: Any = None, expected: Any = None, used: int | None = None,
+          allow_busy: bool = False, job_running: bool = False) -> list[Finding]:
+    """The findings on a node's GPUs from its settings as the inventory gives them: its
+    gpufleet_xids_acknowledged_before (a time that does not parse is the node's refusal) and its gpufleet_gpus
+    (ignored unless a whole number); the rest as GateSettings has them. The one judge of train.yml and verify.yml."""
+    try:
+        since = acknowledgement_time(acknowledged)
+    except ValueError:
+        return [Finding(True, "", "%s=%r is not a date and time" % (ACK_VARIABLE, acknowledged),
+                        "write one such as 2026-11-25T10:02:12+00:00")]
+    settings = GateSettings(expected=int(expected) if str(expected or "").isdigit() else None, used=used,
+                            allow_busy=allow_busy, acknowledged_before=since, job_running=job_running)
+    return findings(health, settings)
 
 
 def has_gpus(health: Mapping[str, Any]) -> bool:

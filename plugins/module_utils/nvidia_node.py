@@ -11,7 +11,7 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health, sysfs
 
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches (0x0680) are not GPUs
@@ -145,6 +145,14 @@ def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subproces
         return None
     version = done.stdout.strip()
     return version if done.returncode == 0 and version else None
+
+
+def gpu_health_with_pci(kernel_log: str, sys_root: str = "/sys") -> dict:
+    """The GPU health gate's read of the node (gpu_health.read) with ``pci_gpus``, the NVIDIA GPUs on its PCI bus
+    (what nvidia-smi should answer for): what node_probe and stack_facts return."""
+    health = gpu_health.read(kernel_log)
+    health["pci_gpus"] = len(pci_gpus(sys_root))
+    return health
 
 
 def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:

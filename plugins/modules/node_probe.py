@@ -205,8 +205,7 @@ def main() -> None:
     health: dict = {}
     if params["gpu_health"]:
         # The same nvidia-smi query counts the GPUs: one pass over them, not two.
-        health = gpu_health.read(params["kernel_log"])
-        health["pci_gpus"] = len(nvidia_node.pci_gpus(params["sys_root"]))
+        health = nvidia_node.gpu_health_with_pci(params["kernel_log"], params["sys_root"])
     result = {
         "changed": False,
         "gpu_count": len(health["gpus"]) if health else nvidia_node.nvidia_smi_gpus()["count"],

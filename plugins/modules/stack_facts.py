@@ -143,8 +143,7 @@ def main() -> None:
     gpus = nvidia_node.nvidia_smi_gpus()
     sys_root = module.params["sys_root"]
     peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
-    health = gpu_health.read(module.params["kernel_log"])
-    health["pci_gpus"] = len(nvidia_node.pci_gpus(sys_root))
+    health = nvidia_node.gpu_health_with_pci(module.params["kernel_log"], sys_root)
     module.exit_json(
         changed=False,
         gpu_health=health,

@@ -114,17 +114,9 @@ def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, np
                  ) -> list[gpu_gate.Finding]:
     """The GPU health gate's findings on the node (module_utils/gpu_gate.py), judged against its settings and the
     ranks it runs (the GPUs its job takes). A bad acknowledgement time is refused as the node's finding."""
-    try:
-        acknowledged = gpu_gate.acknowledgement_time(settings.acknowledged.get(host))
-    except ValueError:
-        return [gpu_gate.Finding(True, "", "%s=%r is not a date and time" % (
-            gpu_gate.ACK_VARIABLE, settings.acknowledged.get(host)), "write one such as 2026-11-25T10:02:12+00:00")]
-    expected = settings.gpus.get(host)
-    gate = gpu_gate.GateSettings(
-        expected=int(expected) if str(expected or "").isdigit() else None, used=nproc,
-        allow_busy=settings.allow_busy, acknowledged_before=acknowledged,
-        job_running=bool((probe.get("job") or {}).get("running")))
-    return gpu_gate.findings(probe.get("gpu_health") or {}, gate)
+    return gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
+                          used=nproc, allow_busy=settings.allow_busy,
+                          job_running=bool((probe.get("job") or {}).get("running")))
 
 
 @dataclass

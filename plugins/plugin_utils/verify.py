@@ -64,19 +64,8 @@ def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Map
                     acknowledged: Mapping[str, Any]) -> dict[str, list[gpu_gate.Finding]]:
     """The GPU health gate's findings on each node (module_utils/gpu_gate.py, as train.yml's preflight judges them,
     with every GPU counted as one a job takes); a bad acknowledgement time is the node's finding."""
-    found = {}
-    for host, facts in results.items():
-        try:
-            since = gpu_gate.acknowledgement_time(acknowledged.get(host))
-        except ValueError:
-            found[host] = [gpu_gate.Finding(True, "", "%s=%r is not a date and time" % (
-                gpu_gate.ACK_VARIABLE, acknowledged.get(host)), "write one such as 2026-11-25T10:02:12+00:00")]
-            continue
-        wanted = expected_gpus.get(host)
-        settings = gpu_gate.GateSettings(expected=int(wanted) if str(wanted or "").isdigit() else None,
-                                         acknowledged_before=since)
-        found[host] = gpu_gate.findings(facts.get("gpu_health") or {}, settings)
-    return found
+    return {host: gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host))
+            for host, facts in results.items()}
 
 
 def health_table(findings: Mapping[str, list[gpu_gate.Finding]], results: Mapping[str, Mapping[str, Any]]) -> str:
