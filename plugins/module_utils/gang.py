@@ -223,8 +223,9 @@ def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
 def describe(host: str, rank: int, news: dict) -> str:
     """One clause saying what ended a node's part, for stop reasons and the report."""
     what = news.get("outcome")
-    if what == JobState.FAILED and news.get("reason") and news.get("exit_code") is None:
-        return "%s (node_rank %d) failed: %s" % (host, rank, news["reason"])  # failing, before its part has ended
+    if what == JobState.FAILED and news.get("reason") and (news.get("exit_code") is None or news.get("hardware_fault")):
+        # Failing, before its part has ended; or ended by a hardware fault, which says more than the exit code.
+        return "%s (node_rank %d) failed: %s" % (host, rank, news["reason"])
     if what == JobState.FAILED:
         code = news.get("signal") or "exit code %s" % news.get("exit_code")
         return "%s (node_rank %d) failed with %s" % (host, rank, code)

@@ -88,6 +88,26 @@ def peer_done(news: dict, attempt: int) -> bool:
     return news.get("attempt") == attempt and news.get("phase") == HeartbeatPhase.ENDED
 
 
+def no_restart_for(parts: list[dict]) -> str | None:
+    """Why a failed attempt is not launched again although restarts remain, else None: a node's part ended for a
+    hardware fault of its GPUs (gpu_watch.py's XID), which a restart on the same nodes would meet again."""
+    for part in parts:
+        if part.get("hardware_fault"):
+            return ("not restarting: %s is a hardware fault, which a restart on the same nodes would meet again"
+                    % (part.get("reason") or "a GPU fault"))
+    return None
+
+
+def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:
+    """Whether every peer has read its ranks' stacks on a hang (its heartbeat says so), or has ended, or is lost:
+    only then may this node stop its own ranks (rank_stacks.py)."""
+    if not isinstance(gang, Gang):
+        return True
+    lost = gang.lost()
+    news = {rank: gang.news.get(rank) or {} for rank in gang.peers()}
+    return all(rank in lost or said.get("stacks_taken") or peer_done(said, attempt) for rank, said in news.items())
+
+
 def attempt_verdict(parts: list[dict], stop_requested: bool) -> str:
     """How an attempt ended for the gang, from every node's part: 'succeeded' (every part succeeded), 'stopped'
     (stopped by a user, or hung: no restart) or 'failed' (a part failed: a restart may help)."""

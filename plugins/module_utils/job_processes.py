@@ -90,6 +90,16 @@ def _proc_environ(pid: int) -> list[bytes] | None:
         return None
 
 
+def proc_environ_values(pid: int) -> dict[str, str]:
+    """Process pid's environment as it started, as a mapping (empty when it cannot be read)."""
+    values = {}
+    for entry in _proc_environ(pid) or []:
+        name, sep, value = entry.partition(b"=")
+        if sep:
+            values[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return values
+
+
 def proc_has_token(pid: int, token: str) -> bool:
     """True when process pid carries GPUFLEET_RUN_TOKEN=token in its environment."""
     entries = _proc_environ(pid)

@@ -123,6 +123,9 @@ class PartOutcome:  # pylint: disable=too-many-instance-attributes
     # A rank of this node had ended, and its launcher failed, before another node's failure stopped the part: the
     # part failed on its own (gang_rules.failed_before); which failure came first is the report's to decide.
     rank_ended_first: bool = False
+    # The part ended for a hardware fault of this node's GPUs (an XID the GPU watch saw, gpu_watch.py): the gang does
+    # not launch again on the same nodes (gang_rules.no_restart_for).
+    hardware_fault: bool = False
 
     def stopped(self, stop: StopReason, **changes: object) -> PartOutcome:
         """The same part, ended by the stop (its outcome, reason and the node stopped for)."""

@@ -4,37 +4,31 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The per-node job supervisor: the loop that runs, watches, restarts and stops one node's part of a job.
 
-gpufleet.cluster.launch copies this file into the job folder and starts it
-detached (its own session), as ``python3 supervisor.py JOB_DIR``. It then:
+gpufleet.cluster.launch copies this file into the job folder and starts it detached (its own session), as ``python3
+supervisor.py JOB_DIR``. It then:
 
-- runs ``launch.sh`` in a new session and process group, output appended to
-  ``job.log``, with ``GPUFLEET_RUN_TOKEN`` in its environment: the launch's
-  run id and this node's rank, unique to this node's part of this run (two
-  nodes of one job may share a machine). torchrun puts each worker in a
-  session of its own, so the token, not the process group, is what
-  identifies every process of the run;
-- stops the run on SIGTERM/SIGINT/SIGHUP: SIGTERM to the run's processes, a
-  grace period, then SIGKILL to whatever of the run is left;
-- after the launcher exits, by itself or stopped, ends any process of the run
-  that is still there, so nothing is orphaned;
-- records state, exit code or signal and timestamps in ``state.json`` and the
-  exit code in ``exit_code``;
-- takes part in the gang (when the spec lists the job's nodes): it sends an
-  authenticated UDP heartbeat to every other node's supervisor each
-  ``heartbeat_s`` and stops its own node's part when another node's part
-  failed, or when another node has been silent for ``heartbeat_misses``
-  heartbeats. No controller is needed for that, so a detached job fails
-  fast too. The same heartbeats carry how long each node's log has been
-  silent, for the hang watchdog (``hang_timeout_s``), and which attempt each
-  node is in, so that with ``max_restarts`` the whole gang is launched again
-  together, on the next of ``restart_ports``.
+- runs ``launch.sh`` in a new session and process group, output appended to ``job.log``, with ``GPUFLEET_RUN_TOKEN``
+  in its environment: the launch's run id and this node's rank, unique to this node's part of this run (two nodes of
+  one job may share a machine). torchrun puts each worker in a session of its own, so the token, not the process
+  group, is what identifies every process of the run;
+- stops the run on SIGTERM/SIGINT/SIGHUP: SIGTERM to the run's processes, a grace period, then SIGKILL to whatever of
+  the run is left;
+- after the launcher exits, by itself or stopped, ends any process of the run that is still there, so nothing is
+  orphaned;
+- records state, exit code or signal and timestamps in ``state.json`` and the exit code in ``exit_code``;
+- takes part in the gang (when the spec lists the job's nodes): it sends an authenticated UDP heartbeat to every other
+  node's supervisor each ``heartbeat_s`` and stops its own node's part when another node's part failed, or when
+  another node has been silent for ``heartbeat_misses`` heartbeats. No controller is needed for that, so a detached
+  job fails fast too. The same heartbeats carry how long each node's log has been silent, for the hang watchdog
+  (``hang_timeout_s``), and which attempt each node is in, so that with ``max_restarts`` the whole gang is launched
+  again together, on the next of ``restart_ports``.
 
 Under Slurm (scheduler=slurm; module_utils/slurm_jobs.py) srun starts it in the foreground, as the step's task on
 the node, and the master port and the relaunch ports come from ``GPUFLEET_PORTS``, chosen on node 0 when the
 allocation started (``supervisor.py --pick-ports N`` prints them).
 
-Processes are only ever signalled by PID after checking they carry this run's
-token: never by name or pattern. Standard library only, Python 3.8+.
+Processes are only ever signalled by PID after checking they carry this run's token: never by name or pattern.
+Standard library only, Python 3.8+.
 
 This file is the loop over attempts and the gang's verdict; one attempt (the launcher's process, a stop's grace
 period and SIGKILL) is attempt.py, the rules of fail-fast (why a node's part stops, how an attempt ended for the
@@ -43,6 +37,7 @@ gang) gang_rules.py, the heartbeats gang.py, the run's processes and ranks job_p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -54,21 +49,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
+from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S, StackDump, stacks_said
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
-    attempt_verdict,
-    failure_reason,
-    hang_reason,
-    lost_reason,
-    peer_done,
-)
+    attempt_verdict, failure_reason, hang_reason, lost_reason, no_restart_for, peer_done, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
-    RankWatch,
-    proc_start_ticks,
-    read_json,
-    run_token,
-    signal_name,
-    write_json_atomic,
-)
+    RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
     EXIT_CODE_FILE,
     GANG_KEY_FILE,
@@ -128,24 +113,22 @@ class Supervisor:
         self.ranks = RankWatch(self.token)  # the run's ranks, and when the first of them ended
         self.attempt_started = time.monotonic()
         self.state: dict = {
-            "job": spec.get("job"),
-            "run_id": self.run_id,
-            "node_rank": spec.get("node_rank"),
-            "state": JobState.STARTING,
-            "supervisor_pid": os.getpid(),
-            "supervisor_start_ticks": proc_start_ticks(os.getpid()),
-            "started_at": time.time(),
-            "attempt": 1,
-            "max_restarts": self.max_restarts,
-            "attempts": [],
+            "job": spec.get("job"), "run_id": self.run_id, "node_rank": spec.get("node_rank"), "state": JobState.STARTING,
+            "supervisor_pid": os.getpid(), "supervisor_start_ticks": proc_start_ticks(os.getpid()),
+            "started_at": time.time(), "attempt": 1, "max_restarts": self.max_restarts, "attempts": [],
         }
         # The node's GPUs while the job runs (gpu_watch.py): sampled into gpus.csv; a new hardware or driver XID in the
         # kernel log is this node's failure, told to the other nodes at once.
         nodes = spec.get("nodes") or []
         rank = int(spec.get("node_rank") or 0)
-        self.gpu_watch = GpuWatch(job_dir, str(nodes[rank][0]) if rank < len(nodes) else "this node",
-                                  float(spec.get("health_sample_s") or 0), str(spec.get("health_kernel_log") or KMSG))
+        self.host = str(nodes[rank][0]) if rank < len(nodes) else "this node"
+        self.gpu_watch = GpuWatch(job_dir, self.host, float(spec.get("health_sample_s") or 0),
+                                  str(spec.get("health_kernel_log") or KMSG))
         self.gpu_failure: StopReason | None = None
+        # What this node tells the others while its part is still ending (a GPU fault, a hang), and whether it has
+        # read its ranks' stacks (rank_stacks.py).
+        self.telling: dict = {}
+        self.stacks_taken = False
         self.state.update(self.runtime.state_fields(spec))
         self.state.update(scheduler.state_fields(dict(os.environ)))
 
@@ -182,13 +165,13 @@ class Supervisor:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
         outcome = self.ended.as_dict() if phase == HeartbeatPhase.ENDED and self.ended is not None else {}
-        if not outcome and self.gpu_failure is not None:  # failing now: the others stop before this part has ended
-            outcome = {"outcome": self.gpu_failure.outcome, "reason": self.gpu_failure.reason}
+        outcome = outcome or self.telling  # failing now: the others stop before this part has ended
         self.gang.send({
             "attempt": self.attempt, "phase": phase, "final": final,
             "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
             STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
+            "hardware_fault": bool(outcome.get("hardware_fault")), "stacks_taken": self.stacks_taken,
         })
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
@@ -219,6 +202,7 @@ class Supervisor:
         if fault is not None:
             if self.gpu_failure is None:
                 self.gpu_failure = StopReason(JobState.FAILED, fault[0], None)
+                self.telling = {"outcome": JobState.FAILED, "reason": fault[0], "hardware_fault": True}
                 self.save(gpu_fault=fault[0], gpu_fault_at=round(fault[1], 3))
                 self._beat(HeartbeatPhase.RUNNING, force=True)
             return self.gpu_failure
@@ -227,6 +211,26 @@ class Supervisor:
     def begin_stop(self, stop: StopReason) -> None:
         self.save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
         self.log(stop.reason)
+        if stop.outcome == JobState.HUNG:
+            self._dump_stacks(stop)
+
+    def _dump_stacks(self, stop: StopReason) -> None:
+        """Every rank's Python stack into stacks.txt before the ranks are stopped (rank_stacks.py), the others told
+        at once to read theirs; state.json keeps the frames for the controller's verdict. This node's ranks wait
+        until every peer has read its own: stopped earlier, they would fail the others' ranks in their collective."""
+        self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason}
+        self._beat(HeartbeatPhase.RUNNING, force=True)
+        dump = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.token)
+        while not dump.done():
+            self.tick(HeartbeatPhase.RUNNING, 0.05)
+        stacks = dump.finish()
+        self.save(stacks=stacks)
+        self.log(stacks_said(stacks))
+        self.stacks_taken = True
+        self._beat(HeartbeatPhase.RUNNING, force=True)
+        deadline = time.monotonic() + DUMP_TIMEOUT_S + 3 * self.gang.heartbeat_s
+        while time.monotonic() < deadline and not stacks_read(self.gang, self.attempt):
+            self.tick(HeartbeatPhase.RUNNING, 0.05)
 
     def _gang_stop_reason(self) -> StopReason | None:
         """Why this node's part must stop because of the gang (gang_rules.py: another node failed or was lost, or
@@ -264,8 +268,9 @@ class Supervisor:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
         return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and bool(self.gang.peers())
 
-    def _await_peers(self) -> str:
-        """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang.
+    def _await_peers(self) -> tuple[str, list[dict]]:
+        """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang,
+        with every node's part as heard.
 
         'succeeded' (every part succeeded), 'failed' (a part failed: a restart may help), 'stopped' (stopped
         by a user, or hung: no restart) or 'lost' (a node stopped answering: no restart either).
@@ -286,15 +291,27 @@ class Supervisor:
                 lost = [rank for rank in pending if rank in self.gang.lost()]
                 if lost:
                     self._note_lost(lost)
-                    return JobState.LOST
+                    return JobState.LOST, parts
                 self.tick(HeartbeatPhase.ENDED)
             for rank in self.gang.peers():
                 news = self.gang.news.get(rank) or {}
                 parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED})
-        return attempt_verdict(parts, self.stop_reason is not None)
+        return attempt_verdict(parts, self.stop_reason is not None), parts
 
     def _may_restart(self) -> bool:
-        return self.attempt <= self.max_restarts and self.stop_reason is None
+        """Whether this node may launch again after a failed attempt: restarts remain, nobody asked it to stop, and
+        its GPUs raised no hardware fault."""
+        return self.attempt <= self.max_restarts and self.stop_reason is None and self.gpu_failure is None
+
+    def _restart(self, gang: str, parts: list[dict]) -> bool:
+        """Whether the gang launches again; a restart refused for a hardware fault is said in the log and state.json."""
+        if gang != JobState.FAILED or self.attempt > self.max_restarts or self.stop_reason is not None:
+            return False
+        refused = no_restart_for(parts)
+        if refused is not None:
+            self.log(refused)
+            self.save(no_restart=refused)
+        return refused is None
 
     # -- the whole run ------------------------------------------------------------------------------------------
 
@@ -318,10 +335,11 @@ class Supervisor:
                 self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
+            if self.gpu_failure is not None:
+                self.ended = dataclasses.replace(self.ended, hardware_fault=True)
             self.state["attempts"].append(self.ended.as_dict())
-            gang = self._await_peers()
-            retry = gang == JobState.FAILED and self._may_restart()
-            if not retry:
+            gang, parts = self._await_peers()
+            if not self._restart(gang, parts):
                 break
             self.attempt += 1
             self.save(state=JobState.RESTARTING, attempt=self.attempt)

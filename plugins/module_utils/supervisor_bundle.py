@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     gpu_watch,
     job_processes,
     job_states,
+    rank_stacks,
     runtimes,
     schedulers,
     slurm_jobs,
@@ -34,7 +35,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
 )
 
 PARTS = (job_states, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
-         gpu_health, gpu_watch, attempt, supervisor)
+         gpu_health, gpu_watch, rank_stacks, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

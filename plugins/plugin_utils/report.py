@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import FAILURE_STATES, JobState, STOPPED_FOR
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import stack_groups
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))
@@ -144,6 +146,17 @@ def _launcher(result: Mapping[str, Any]) -> str:
     return "the launcher"
 
 
+def _where_stuck(results: Sequence[Mapping[str, Any]]) -> str:
+    """'; <where each rank was, and the likely cause>; every rank's stack: <files>' for a hung job whose nodes took
+    stacks (stack_groups.py), else ''."""
+    said = stack_groups.verdict(results)
+    if said is None:
+        return ""
+    files = [os.path.join(os.path.dirname(str(r["log"])), "%s.stacks.txt" % r.get("host")) for r in results
+             if r.get("log") and isinstance(r.get("stacks"), Mapping) and r["stacks"].get("file")]
+    return "; %s%s" % (said, "; every rank's stack: %s" % ", ".join(files) if files else "")
+
+
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
     """What went wrong, naming the host, its node_rank and the exit code, with the end of its log."""
     if any(r.get("interrupted") for r in results):
@@ -153,14 +166,16 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if cause is None:
         return None
     if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
-        return "job %s hung and was stopped on every node: %s." % (
-            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds")
+        return "job %s hung and was stopped on every node: %s%s." % (
+            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds", _where_stuck(results))
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")
     root = cause.get("root_cause")
     if cause.get("gpu_fault"):
         parts.append(str(cause["gpu_fault"]))
+        if cause.get("no_restart"):  # restarts remained (supervisor.py: gang_rules.no_restart_for)
+            parts.append(" (not restarted: a restart on the same nodes would meet it again)")
     elif state == JobState.UNREACHABLE:
         parts.append("the node stopped answering")
     elif state == JobState.LOST:

@@ -132,9 +132,9 @@ def test_an_xid_79_while_training_stops_every_node_within_5_s_naming_node_gpu_an
     """node1's supervisor follows its kernel log (gpu_watch.py): an XID 79 line written there while the job trains
     fails node1's part at once, and the others stop theirs on its heartbeat. Measured as the fault rows are: from
     the injection to no process of the job left on any node. The GPUs are sampled every second into gpus.csv, which
-    is fetched with the logs."""
+    is fetched with the logs. A restart remains (max_restarts=1) and is not used: it would meet the same GPU."""
     job = "gpu-xid"
-    run = jobfaults.train(cluster, job, *gpu_standin.KERNEL_LOG_ARGS, "-e", "gpu_sample_s=1")
+    run = jobfaults.train(cluster, job, *gpu_standin.KERNEL_LOG_ARGS, "-e", "gpu_sample_s=1", "-e", "max_restarts=1")
     try:
         jobfaults.wait_training(cluster, job, steps=8, run=run)
         injected = gpu_standin.log_kernel(NODE, XID_79)
@@ -147,7 +147,11 @@ def test_an_xid_79_while_training_stops_every_node_within_5_s_naming_node_gpu_an
     out = " ".join(done.out.split())
     assert done.rc != 0
     assert ("job gpu-xid failed on node1 (node_rank 1): node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the "
-            "bus") in out, done.out[-3000:]
+            "bus (not restarted: a restart on the same nodes would meet it again)") in out, done.out[-3000:]
+    for node in ("node0", "node1"):
+        with open(os.path.join(cluster.state, "logs", job, "%s.log" % node)) as handle:
+            log = handle.read()
+        assert "attempt 2 of 2" not in log and "not restarting: node1 GPU 1 (0000:19:00.0): XID 79" in log, log[-3000:]
     assert re.search(r"node1 +1 +failed \(XID 79\)", done.out), done.out[-3000:]
     with open(os.path.join(cluster.state, "logs", job, "node1.gpus.csv")) as handle:
         rows = list(csv.DictReader(handle))

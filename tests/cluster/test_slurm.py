@@ -23,7 +23,7 @@ import gpu_standin
 import testbed
 from bounds import report as report_bound
 from harness import REPO, Cluster
-from jobfaults import FAULTY, wait_for, wait_gone
+from jobfaults import FAULTY, train, wait_for, wait_gone, wait_training
 
 ARGS = ("-e", "slurm_enabled=true", "--tags", "slurm")
 
@@ -394,3 +394,30 @@ def test_a_node_the_gpu_gate_refuses_is_drained_in_slurm_and_a_later_job_does_no
         slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=RESUME")
     for node in slurm_cluster.nodes:
         assert slurm_cluster.node_exec(node, "test", "-e", "/root/.gpufleet/jobs/sl-drain").returncode != 0
+
+
+def test_a_node_whose_gpu_raises_an_xid_during_a_slurm_job_is_drained_with_it_as_reason(slurm_cluster, slurm_train):
+    """node9 gets two healthy stand-in GPUs and trains; an XID 79 line in its kernel log during the Slurm job fails
+    the job on every node naming node9's GPU, and train.yml's wait drains node9 in Slurm with the XID as reason. What
+    this does not check: a real GPU falling off the bus (no NVIDIA hardware here)."""
+    job = "sl-xid"
+    gpu_standin.install("node9", {"gpus": [{}, {}]})
+    try:
+        # Slurm gives these nodes no GPU (Gres=(null)): the stand-in GPUs are for the watch, not for Slurm.
+        run = train(slurm_cluster, job, "-e", "scheduler=slurm", "-e", "gpus_per_node=0", *gpu_standin.KERNEL_LOG_ARGS)
+        wait_training(slurm_cluster, job, steps=5, run=run)
+        gpu_standin.log_kernel("node9", gpu_standin.xid_line("0000:19:00", 79, "GPU has fallen off the bus."))
+        done = run.finish()
+        out = " ".join(done.out.split())
+        fault = "node9 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
+        assert done.rc != 0 and "job %s failed on node9 (node_rank 2): %s" % (job, fault) in out, done.out[-3000:]
+        shown = slurm_cluster.node_exec("node7", "scontrol", "--oneliner", "show", "node", "node9").stdout.decode()
+        assert re.search(r"State=\S*DRAIN", shown) and "Reason=gpufleet: %s" % fault in shown, shown
+        for node in ("node7", "node8"):  # only the faulty node
+            shown = slurm_cluster.node_exec("node7", "scontrol", "--oneliner", "show", "node", node).stdout.decode()
+            assert "DRAIN" not in shown, shown
+    finally:
+        gpu_standin.remove("node9")
+        slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=RESUME")
+        for node in slurm_cluster.nodes:
+            slurm_cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)

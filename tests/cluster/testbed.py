@@ -44,7 +44,7 @@ FIRST_HOST = 10
 PREFIX = "gpufleet-test-"
 PACKAGES = "openssh-server,python3,python3-venv,sudo,iproute2,procps,ca-certificates"
 SUITE = "bookworm"
-WHEELS = ["torch==2.13.0", "numpy==2.4.6"]
+WHEELS = ["torch==2.13.0", "numpy==2.4.6", "py-spy==0.4.1"]
 # DeepSpeed for the deepspeed launcher's test: built here from its source (pure Python, no ops: DS_BUILD_OPS=0),
 # with its dependencies pinned. The nodes install it with the rest from the wheelhouse.
 DEEPSPEED = "deepspeed==0.19.8"

@@ -6,6 +6,10 @@ Every rank writes its checkpoint (checkpoint-rank<R>.json in its working
 directory) every 5 steps, all at the same steps, and a later run resumes from it.
 
     faulty_train.py [--steps N] [--step-s S] [--fail-rank R --fail-step K [--exit-code C] [--fail-attempt A]]
+                    [--stall-rank R --stall-step K]
+
+--stall-rank: that rank stops in load_next_batch at step K and stays there (a hang in one rank, as a data loader
+that never returns), while the other ranks wait for it in all_reduce.
 """
 
 import argparse
@@ -18,6 +22,11 @@ import torch
 import torch.distributed as dist
 
 
+def load_next_batch(stall_s: float) -> None:
+    """Where the stalled rank stays (the hang tests look for this frame)."""
+    time.sleep(stall_s)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
@@ -26,6 +35,8 @@ def main() -> int:
     parser.add_argument("--fail-step", type=int, default=-1)
     parser.add_argument("--exit-code", type=int, default=1)
     parser.add_argument("--fail-attempt", type=int, default=0, help="fail only in this attempt (GPUFLEET_ATTEMPT)")
+    parser.add_argument("--stall-rank", type=int, default=-1)
+    parser.add_argument("--stall-step", type=int, default=-1)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -45,6 +56,8 @@ def main() -> int:
             # Die at once, as a crashing rank does: sys.exit would first close the process group's connections, so
             # a rank on another node could fail in the collective (and be reported first) before this one has exited.
             os._exit(args.exit_code)
+        if rank == args.stall_rank and step == args.stall_step:
+            load_next_batch(3600)
         total = torch.ones(1) * (rank + 1)
         dist.all_reduce(total)
         assert int(total.item()) == world * (world + 1) // 2

@@ -32,6 +32,15 @@ def test_how_an_attempt_ended_for_the_gang(parts, stop_requested, verdict):
     assert gang_rules.attempt_verdict(parts, stop_requested) == verdict
 
 
+def test_a_hardware_fault_on_any_node_refuses_the_restart():
+    fault = "node1 GPU 3 (0000:bb:00.0): XID 79, GPU has fallen off the bus"
+    assert gang_rules.no_restart_for([{"outcome": "stopped", "stopped_for": "node1"},
+                                      {"outcome": "failed", "reason": fault, "hardware_fault": True}]) == (
+        "not restarting: %s is a hardware fault, which a restart on the same nodes would meet again" % fault)
+    assert gang_rules.no_restart_for([{"outcome": "failed", "exit_code": 1}, {"outcome": "stopped"}]) is None
+    assert gang_rules.no_restart_for([{"outcome": "failed", "hardware_fault": False}]) is None
+
+
 @pytest.mark.parametrize("news, done", [
     ({"attempt": 1, "phase": HeartbeatPhase.ENDED}, True),
     ({"attempt": 1, "phase": HeartbeatPhase.RUNNING}, False),
@@ -73,3 +82,7 @@ def test_a_peer_failing_now_is_described_by_its_reason():
         "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
     assert describe("node1", 1, dict(failing, phase=HeartbeatPhase.ENDED, exit_code=1)) == \
         "node1 (node_rank 1) failed with exit code 1"
+    # Its ended part, when that is the first news heard of it (the two heartbeats in one read): still the fault.
+    assert describe("node1", 1, dict(failing, phase=HeartbeatPhase.ENDED, exit_code=143, signal="SIGTERM",
+                                     hardware_fault=True)) == \
+        "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"

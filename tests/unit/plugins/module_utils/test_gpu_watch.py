@@ -5,8 +5,6 @@ kernel log is a file in /dev/kmsg's format. What this does not check: a real GPU
 import csv
 import json
 import os
-import shutil
-import stat
 import time
 
 import pytest
@@ -14,29 +12,8 @@ from waiting import wait_for
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_watch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-STANDIN = os.path.join(HERE, "..", "..", "..", "cluster", "scripts", "nvidia_smi_standin.py")
-
-
-@pytest.fixture
-def standin(tmp_path, monkeypatch):
-    """The stand-in nvidia-smi first on PATH, answering from a state file; returns that file's path."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    target = bin_dir / "nvidia-smi"
-    shutil.copy(STANDIN, target)
-    target.chmod(target.stat().st_mode | stat.S_IXUSR)
-    # The stand-in runs with this interpreter (the nodes' /usr/bin/python3 need not exist here).
-    target.write_text("#!%s\n%s" % (os.path.realpath(os.sys.executable), target.read_text().split("\n", 1)[1]))
-    state = tmp_path / "gpus.json"
-    state.write_text(json.dumps({"gpus": [{"utilization.gpu": 91, "memory.used": 40000}, {}]}))
-    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
-    monkeypatch.setenv("GPUFLEET_STANDIN_GPUS", str(state))
-    return state
-
-
-def test_samples_go_into_the_csv_one_row_per_gpu(tmp_path, standin):
-    del standin
+def test_samples_go_into_the_csv_one_row_per_gpu(tmp_path, gpus_on_path):
+    del gpus_on_path
     log = tmp_path / "kmsg"
     log.write_text("")
     watch = gpu_watch.GpuWatch(str(tmp_path), "node1", 0.2, str(log))
@@ -56,8 +33,8 @@ def test_samples_go_into_the_csv_one_row_per_gpu(tmp_path, standin):
         "1", "0.0", "1980.0", "1")
 
 
-def test_a_new_hardware_xid_is_the_nodes_failure_naming_the_gpu(tmp_path, standin):
-    del standin
+def test_a_new_hardware_xid_is_the_nodes_failure_naming_the_gpu(tmp_path, gpus_on_path):
+    del gpus_on_path
     log = tmp_path / "kmsg"
     log.write_text("4,1,1000,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
     watch = gpu_watch.GpuWatch(str(tmp_path), "node1", 0.2, str(log))
@@ -83,17 +60,17 @@ def test_a_node_without_nvidia_smi_says_so_once_and_costs_nothing(tmp_path, monk
     watch.close()
 
 
-def test_an_unreadable_kernel_log_is_said_and_sampling_goes_on(tmp_path, standin):
-    del standin
+def test_an_unreadable_kernel_log_is_said_and_sampling_goes_on(tmp_path, gpus_on_path):
+    del gpus_on_path
     watch = gpu_watch.GpuWatch(str(tmp_path), "node1", 0.2, str(tmp_path / "no-such-dir" / "kmsg"))
     assert "XIDs not watched (%s: No such file or directory)" % (tmp_path / "no-such-dir" / "kmsg") in watch.start()
     wait_for(lambda: watch.poll() is None and os.path.exists(tmp_path / "gpus.csv"))
     watch.close()
 
 
-def test_a_field_the_driver_refuses_is_asked_by_its_older_name(tmp_path, standin):
-    state = json.loads(standin.read_text())
-    standin.write_text(json.dumps(state))
+def test_a_field_the_driver_refuses_is_asked_by_its_older_name(tmp_path, gpus_on_path):
+    state = json.loads(gpus_on_path.read_text())
+    gpus_on_path.write_text(json.dumps(state))
     watch = gpu_watch.GpuWatch(str(tmp_path), "node1", 0.2, str(tmp_path / "kmsg"))
     watch.start()
     watch.fields = [(key, "clocks_event_reason.bogus" if key == "event_reasons" else field)

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 
 import pytest
@@ -42,7 +43,7 @@ def free_udp_port():
 class Gang2:
     """One job on two local nodes; each node has its own jobs folder, as on two machines."""
 
-    def __init__(self, tmp_path, bodies, **spec_args):
+    def __init__(self, tmp_path, bodies, rank_args=({}, {}), **spec_args):
         self.tmp = tmp_path
         fake = tmp_path / "fake-python"
         fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
@@ -58,7 +59,7 @@ class Gang2:
                         master_addr="127.0.0.1", master_port=port, python=str(fake), script=str(script),
                         workdir=str(workdir), grace_s=1.0, nodes=NODES, heartbeat_s=0.2, heartbeat_misses=5,
                         join_timeout_s=10.0)
-            args.update(spec_args)
+            args.update(spec_args, **rank_args[rank])
             spec = JobSpec(**args)
             path = jobs.job_dir(str(tmp_path / ("node%d" % rank)), "g")
             jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
@@ -83,8 +84,8 @@ class Gang2:
 def gang(tmp_path):
     made = []
 
-    def make(bodies, **spec_args):
-        made.append(Gang2(tmp_path, bodies, **spec_args))
+    def make(bodies, rank_args=({}, {}), **spec_args):
+        made.append(Gang2(tmp_path, bodies, rank_args, **spec_args))
         return made[-1]
 
     yield make
@@ -185,6 +186,27 @@ def test_silence_on_every_node_is_reported_as_hung(gang):
     wait_for(lambda: not g.processes())
 
 
+def stuck_in(function):
+    """A rank's body: a Python that says it started, then sleeps in `function` (line 3 of its program)."""
+    program = "import time\ndef %s():\n    time.sleep(1000)\nprint('started', flush=True)\n%s()\n" % (function, function)
+    return 'RANK=$NODE_RANK LOCAL_RANK=0 exec %s -c "%s"\n' % (sys.executable, program)
+
+
+def test_a_hung_job_s_ranks_stacks_are_taken_on_every_node_before_they_stop(gang):
+    """The real py-spy (on PATH: the venv's) reads each node's rank when the hang watchdog fires; state.json keeps
+    the frames, stacks.txt has them for people, and the processes are stopped after."""
+    g = gang([stuck_in("waiting_in_collective"), stuck_in("loading_data")], hang_timeout_s=2)
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["hung", "hung"], ended
+    for rank, function in enumerate(("waiting_in_collective", "loading_data")):
+        stacks = ended[rank]["stacks"]
+        assert stacks["error"] is None and [r["rank"] for r in stacks["ranks"]] == [rank], stacks
+        assert stacks["ranks"][0]["frames"][0][:1] + stacks["ranks"][0]["frames"][0][2:] == [function, 3], stacks
+        assert "    %s (<string>:3)" % function in open(os.path.join(g.paths[rank], "stacks.txt")).read()
+        assert "stacks of ranks %d written to stacks.txt" % rank in open(ended[rank]["log_path"]).read()
+    wait_for(lambda: not g.processes())
+
+
 def test_output_on_one_node_keeps_the_job_from_counting_as_hung(gang):
     g = gang([QUIET_FOREVER, FOREVER], hang_timeout_s=1)
     time.sleep(3)
@@ -248,6 +270,29 @@ def test_restarts_run_out_and_the_job_fails(gang):
     ended = wait_for(g.ended, timeout=30)
     assert ended[1]["state"] == "failed" and len(ended[1]["attempts"]) == 2
     assert ended[0]["state"] == "stopped" and len(ended[0]["attempts"]) == 2
+
+
+def test_a_gpu_fault_fails_the_job_without_using_its_restarts(gang, gpus_on_path, tmp_path):
+    """A hardware XID in node 1's kernel log ends the attempt on both nodes, and neither launches again although a
+    restart remains: it would meet the same GPU (node 0's kernel log stays quiet)."""
+    del gpus_on_path
+    logs = [tmp_path / "kmsg0", tmp_path / "kmsg1"]
+    for log in logs:
+        log.write_text("")
+    g = gang([FOREVER, FOREVER], [{"health_kernel_log": str(log)} for log in logs], max_restarts=1,
+             restart_ports=(free_udp_port(),), health_sample_s=0)
+    wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
+    with open(logs[1], "a") as handle:
+        handle.write("4,9,9000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python, GPU has fallen off the bus.\n")
+    ended = wait_for(g.ended, timeout=30)
+    fault = "n1 GPU at 0000:18:00.0: XID 79, GPU has fallen off the bus"  # not sampled: named by its bus id
+    assert ended[1]["state"] == "failed" and ended[1]["stop_reason"] == fault, ended[1]
+    assert ended[0]["state"] == "stopped" and fault in ended[0]["stop_reason"], ended[0]
+    for rank, state in enumerate(ended):
+        assert len(state["attempts"]) == 1, state["attempts"]
+        assert state["no_restart"] == ("not restarting: %s is a hardware fault, which a restart on the same nodes "
+                                       "would meet again" % fault), (rank, state)
+        assert state["no_restart"] in open(state["log_path"]).read()
 
 
 def test_a_user_stop_on_one_node_ends_the_job_everywhere_without_a_restart(gang):

@@ -82,6 +82,26 @@ def test_a_hung_job_is_reported_as_hung_not_as_one_nodes_failure():
     assert message == "job j hung and was stopped on every node: %s." % reason
 
 
+def test_a_hung_job_with_stacks_names_the_odd_rank_and_where_the_stacks_are():
+    reason = "hung: no node wrote to its log for 31 s (hang_timeout=30)"
+    waiting = [["all_reduce", "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2941],
+               ["main", "/w/train.py", 42]]
+    sleeping = [["slow", "/w/train.py", 12], ["main", "/w/train.py", 40]]
+
+    def stacks(*ranks):
+        return {"file": "stacks.txt", "error": None, "ranks": [
+            {"rank": rank, "local_rank": 0, "pid": 9, "error": None, "frames": frames} for rank, frames in ranks]}
+    results = [dict(OK, state="hung", stop_reason=reason, stacks=stacks((0, waiting))),
+               dict(OK, host="node1", node_rank=1, state="hung", stop_reason=reason, log="logs/j/node1.log",
+                    stacks=stacks((1, sleeping)), ended_at=1.0),
+               dict(OK, host="node2", node_rank=2, state="hung", stop_reason=reason, log="logs/j/node2.log",
+                    stacks=stacks((2, waiting)))]
+    assert report.failure_message("j", results) == (
+        "job j hung and was stopped on every node: %s; ranks 0, 2 in all_reduce (train.py:42), rank 1 in slow "
+        "(train.py:12): rank 1 on node1 is the likely cause; every rank's stack: logs/j/node0.stacks.txt, "
+        "logs/j/node1.stacks.txt, logs/j/node2.stacks.txt." % reason)
+
+
 def test_an_interrupted_job_fails_and_says_so():
     results = [dict(OK, state="stopped", interrupted=True), dict(OK, host="node1", state="stopped", interrupted=True)]
     assert report.table_rows(results)[0]["state"] == "stopped (Ctrl-C)"
@@ -144,3 +164,7 @@ def test_a_hardware_xid_is_the_cause_even_when_a_rank_elsewhere_exited_first():
         "after it: node0; stopped on the other nodes: node2.")
     assert [row["state"] for row in report.table_rows([node0, node1, node2])] == [
         "failed", "failed (XID 79)", "stopped (gang)"]
+    node1["no_restart"] = "not restarting: %s is a hardware fault, which a restart on the same nodes would meet again" % xid
+    assert report.failure_message("j", [node0, node1, node2]).startswith(
+        "job j failed on node1 (node_rank 1): %s (not restarted: a restart on the same nodes would meet it again); "
+        "failed after it: node0" % xid)

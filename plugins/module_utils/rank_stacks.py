@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The Python stack of every rank of this node's part, taken with py-spy before a hung job is stopped.
+
+py-spy (python_env installs a pinned one beside the training Python) reads a running Python process from outside:
+``py-spy dump --nonblocking --json --pid PID``, one per rank, all at once. Non-blocking: the rank is read without
+being paused, which also reads a rank that is itself stopped (SIGSTOP; a paused read fails there), and a hung rank
+does not move while it is read. Reading another process needs the rights to trace it
+(the same user, and kernel.yama.ptrace_scope 0, or root); what could not be read is said, per rank, with py-spy's
+own words. The supervisor keeps its heartbeats going while the dumps run (StackDump.done), then writes
+``stacks.txt`` (for people) into the job folder and keeps each rank's main-thread frames in state.json, where the
+controller groups the ranks by frame (plugin_utils/stack_groups.py). Shipped with the supervisor; standard library
+only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+    proc_environ_values,
+    proc_is_rank_itself,
+    run_processes,
+    write_atomic,
+)
+
+STACKS_FILE = "stacks.txt"
+# How long the dumps may take together; py-spy reads a rank in well under a second.
+DUMP_TIMEOUT_S = 10.0
+# The frames of a rank's main thread kept in state.json, innermost first.
+FRAMES_KEPT = 24
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def py_spy_for(python: str) -> str | None:
+    """py-spy beside the training Python (a virtual environment's bin folder; not resolved through its symlink), or
+    on PATH; None when there is none."""
+    if os.sep in python:
+        beside = os.path.join(os.path.dirname(python), "py-spy")
+        if os.access(beside, os.X_OK):
+            return beside
+    return shutil.which("py-spy")
+
+
+def rank_of(pid: int) -> tuple[int | None, int | None]:
+    """A rank process's global and local rank, from the variables its launcher gave it."""
+    values = proc_environ_values(pid)
+
+    def first(names: tuple[str, ...]) -> int | None:
+        for name in names:
+            if values.get(name, "").isdigit():
+                return int(values[name])
+        return None
+    return first(RANK_VARS), first(LOCAL_RANK_VARS)
+
+
+def main_frames(threads: list, pid: int) -> list[list]:
+    """The frames of the process's main thread (its own thread id, else the first), innermost first, each as
+    [function, file, line]."""
+    chosen = next((t for t in threads if t.get("os_thread_id") == pid), threads[0] if threads else {})
+    return [[str(f.get("name")), str(f.get("filename")), int(f.get("line") or 0)]
+            for f in (chosen.get("frames") or [])[:FRAMES_KEPT]]
+
+
+def render_stacks(host: str, dumps: list[dict]) -> str:
+    """stacks.txt: each rank's threads, innermost frame first, or why it could not be read."""
+    out = []
+    for dump in dumps:
+        out.append("=== %s rank %s (local rank %s, pid %d) ===" % (host, dump["rank"], dump["local_rank"], dump["pid"]))
+        if dump.get("error"):
+            out.append("not read: %s" % dump["error"])
+        for thread in dump.get("threads") or []:
+            out.append("Thread %s (%s)%s" % (thread.get("os_thread_id"), thread.get("thread_name") or "",
+                                             " active" if thread.get("active") else " idle"))
+            out.extend("    %s (%s:%s)" % (f.get("name"), f.get("filename"), f.get("line"))
+                       for f in thread.get("frames") or [])
+        out.append("")
+    return "\n".join(out)
+
+
+def stacks_said(stacks: dict) -> str:
+    """The supervisor's log line about a dump: the ranks read, or why none was."""
+    taken = [str(r["rank"]) for r in stacks["ranks"] if not r["error"]]
+    if taken:
+        return "stacks of ranks %s written to %s (%.1f s)" % (", ".join(taken), stacks["file"], stacks["seconds"])
+    return "no stacks taken: %s" % (stacks["error"] or stacks["ranks"][0]["error"])
+
+
+class StackDump:
+    """One dump of every rank of this node's part: started at once, read when every py-spy has ended (or at the
+    timeout), so that the caller can go on with its heartbeats meanwhile."""
+
+    def __init__(self, job_dir: str, host: str, python: str, token: str) -> None:
+        self.job_dir, self.host = job_dir, host
+        self.py_spy = py_spy_for(python)
+        self.started = time.monotonic()
+        self.running: list[tuple[int, subprocess.Popen]] = []
+        self.error: str | None = None
+        pids = sorted(pid for pid in run_processes(token) if proc_is_rank_itself(pid))
+        if self.py_spy is None:
+            self.error = ("py-spy is not on this node (neither beside %s nor on PATH): provision.yml --tags python_env "
+                          "installs it" % python)
+        elif not pids:
+            self.error = "no rank process of the job found on this node"
+        for pid in pids if self.py_spy else []:
+            self.running.append((pid, subprocess.Popen(  # pylint: disable=consider-using-with
+                [self.py_spy, "dump", "--nonblocking", "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+
+    def done(self) -> bool:
+        return (all(proc.poll() is not None for _pid, proc in self.running)
+                or time.monotonic() - self.started > DUMP_TIMEOUT_S)
+
+    def finish(self) -> dict:
+        """Collect the dumps, write stacks.txt, and return what state.json keeps: the file, the error that stopped
+        every dump, and each rank's main-thread frames or its error."""
+        dumps = [self._collect(pid, proc) for pid, proc in self.running]
+        dumps.sort(key=lambda d: (d["rank"] is None, d["rank"] or 0, d["pid"]))
+        if dumps:
+            write_atomic(os.path.join(self.job_dir, STACKS_FILE), render_stacks(self.host, dumps))
+        ranks = [{"rank": d["rank"], "local_rank": d["local_rank"], "pid": d["pid"], "error": d.get("error"),
+                  "frames": main_frames(d.get("threads") or [], d["pid"])} for d in dumps]
+        return {"file": STACKS_FILE if dumps else None, "error": self.error, "ranks": ranks,
+                "seconds": round(time.monotonic() - self.started, 2)}
+
+    def _collect(self, pid: int, proc: subprocess.Popen) -> dict:
+        rank, local_rank = rank_of(pid)
+        dump: dict = {"pid": pid, "rank": rank, "local_rank": local_rank}
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+            dump["error"] = "py-spy did not answer within %g s" % DUMP_TIMEOUT_S
+            return dump
+        out, err = proc.communicate()
+        try:
+            dump["threads"] = json.loads(out.decode("utf-8", "replace"))
+        except ValueError:
+            said = " ".join(err.decode("utf-8", "replace").split())[-300:] or "exit code %d" % proc.returncode
+            dump["error"] = "py-spy: %s (reading another process needs the same user and kernel.yama.ptrace_scope 0, " \
+                            "or root)" % said
+        return dump

@@ -1,0 +1,86 @@
+"""Which rank a hang is stuck in, on the 3-node container cluster: faulty_train.py with two ranks a node (gloo), rank 4
+(node2's first) stalls in load_next_batch while the five others wait for it in all_reduce; the hang watchdog stops the
+job, and before it does each node's supervisor reads its ranks' stacks with the nodes' py-spy (python_env's pinned
+one). Checked: the play's message names rank 4, node2 and the frame; every rank's stack is fetched into logs/<job>/
+with its own frame; a node without py-spy says so and the rest works. Not checked: NCCL (no GPU here: the ranks
+wait in gloo's all_reduce, the same Python frame NCCL's would be)."""
+
+import os
+import re
+
+import pytest
+
+from jobfaults import train
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "faulty_train.py")
+VENV_PY_SPY = "/opt/gpufleet/venv/bin/py-spy"
+
+
+def line_of(text):
+    """The line number in faulty_train.py of the first line holding text."""
+    with open(SCRIPT) as handle:
+        return next(number for number, line in enumerate(handle, 1) if text in line)
+
+
+STALLED = "load_next_batch (faulty_train.py:%d)" % line_of("time.sleep(stall_s)")
+WAITING = "all_reduce (faulty_train.py:%d)" % line_of("dist.all_reduce(total)")
+
+
+@pytest.fixture(autouse=True)
+def _cluster_ready(provisioned):
+    return provisioned
+
+
+def hang(cluster, job):
+    run = train(cluster, job, "-e", "hang_timeout=8", nproc=2,
+                script_args="--steps 400 --step-s 0.1 --stall-rank 4 --stall-step 6")
+    done = run.finish()
+    for node in cluster.nodes:
+        cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
+    assert done.rc != 0, done.out[-3000:]
+    return done, " ".join(done.out.split())
+
+
+def rank_sections(path):
+    """stacks.txt's sections, by global rank."""
+    with open(path) as handle:
+        parts = re.split(r"^=== \S+ rank (\d+) .*===$", handle.read(), flags=re.M)
+    return {int(rank): body for rank, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack_is_fetched(cluster):
+    job = "hang-stacks"
+    done, out = hang(cluster, job)
+    assert "job %s hung and was stopped on every node: hung: no node wrote to its log" % job in out, out[-3000:]
+    assert ("ranks 0–3, 5 in %s, rank 4 in %s: rank 4 on node2 is the likely cause" % (WAITING, STALLED)) in out, \
+        out[-3000:]
+    logs = os.path.join(cluster.state, "logs", job)
+    assert re.search(r"every rank's stack: \S*/node0\.stacks\.txt, \S*/node1\.stacks\.txt, \S*/node2\.stacks\.txt\.",
+                     out), out[-3000:]
+    for node, ranks in (("node0", (0, 1)), ("node1", (2, 3)), ("node2", (4, 5))):
+        sections = rank_sections(os.path.join(logs, "%s.stacks.txt" % node))
+        assert sorted(sections) == list(ranks), sections
+        for rank in ranks:
+            # The rank's own frame, and where in faulty_train.py it was called from (the thread's innermost frames).
+            expected = (("load_next_batch", line_of("time.sleep(stall_s)")) if rank == 4
+                        else ("all_reduce", line_of("dist.all_reduce(total)")))
+            assert "    %s (" % expected[0] in sections[rank], (rank, sections[rank])
+            assert "faulty_train.py:%d)" % expected[1] in sections[rank], (rank, sections[rank])
+            assert ("    all_reduce (" in sections[rank]) == (rank != 4), (rank, sections[rank])
+
+def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
+    job = "hang-nospy"
+    cluster.node_exec("node1", "mv", VENV_PY_SPY, VENV_PY_SPY + ".away", check=True)
+    try:
+        done, out = hang(cluster, job)
+    finally:
+        cluster.node_exec("node1", "mv", VENV_PY_SPY + ".away", VENV_PY_SPY, check=True)
+    assert ("ranks 0, 1, 5 in %s, rank 4 in %s: rank 4 on node2 is the likely cause; no stacks from node1: py-spy is "
+            "not on this node (neither beside /opt/gpufleet/venv/bin/python nor on PATH): provision.yml --tags "
+            "python_env installs it" % (WAITING, STALLED)) in out, out[-3000:]
+    logs = os.path.join(cluster.state, "logs", job)
+    assert not os.path.exists(os.path.join(logs, "node1.stacks.txt"))
+    assert sorted(rank_sections(os.path.join(logs, "node2.stacks.txt"))) == [4, 5]
+    for node in cluster.nodes:  # the logs and the report as ever
+        assert os.path.getsize(os.path.join(logs, "%s.log" % node)) > 0
+        assert re.search(r"^%s +\d +hung" % node, done.out, re.M), done.out[-3000:]
