@@ -13,7 +13,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, rank_lines, report
 
 display = Display()
 
@@ -44,7 +44,12 @@ class ActionModule(ActionBase):
         gpus = gpu_report.job_gpus(str(samples_dir), results) if samples_dir else {"lines": []}
         if gpus["lines"]:
             display.display("GPUs over the job (%s):\n%s" % (gpus["picture"], "\n".join(gpus["lines"])))
-        result.update(changed=False, table=table.splitlines(), gpus=gpus)
+        rank_logs = rank_lines.split_by_rank([str(r["log"]) for r in results if r.get("log")],
+                                             str(args["logs_dir"])) if args.get("logs_dir") else []
+        if rank_logs:
+            display.display("Each rank's lines, untagged: %s/rank<N>.log (%d ranks)" % (
+                os.path.dirname(rank_logs[0]), len(rank_logs)))
+        result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs)
         message = report.failure_message(job, results)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)

@@ -76,7 +76,8 @@ def render_launch_script(spec: JobSpec, env_path: str, secret_env_path: str | No
         body = ('echo "gpufleet: node_rank %d takes part through node 0\'s %s; nothing to start here"\n'
                 % (spec.node_rank, spec.launcher))
     else:
-        body = "%sexec %s\n" % (launchers.iface_prelude(spec.launcher), launchers.render_command(command))
+        body = "%s%sexec %s\n" % (launchers.torch_prelude(spec.launcher, job_dir), launchers.iface_prelude(spec.launcher),
+                                  launchers.render_command(command))
     return (
         "#!/bin/bash\n"
         "# gpufleet job %(job)s (%(launcher)s): node_rank %(rank)d of %(nnodes)d nodes, world size %(world)d.\n"

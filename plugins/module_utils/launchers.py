@@ -90,7 +90,9 @@ def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
     """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous.
 
     With log_dir, torchrun keeps each worker's TORCHELASTIC_ERROR_FILE there (in the job folder), so the error a
-    script records with ``@record`` outlives the run and reaches the report.
+    script records with ``@record`` outlives the run and reaches the report; and tees each worker's output there
+    (``--tee=3``) and into the node's log, each line tagged as TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE says
+    (torch_prelude: ``[rank4|0]: ``, global and local rank).
     """
     return [
         spec.python,
@@ -102,7 +104,7 @@ def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
         "--master-addr=%s" % spec.master_addr,
         "--master-port=%d" % spec.master_port,
         "--rdzv-backend=static",
-    ] + (["--log-dir=%s" % log_dir] if log_dir else []) + [
+    ] + (["--log-dir=%s" % log_dir, "--tee=3"] if log_dir else []) + [
         "--max-restarts=0",
         spec.script,
     ] + list(spec.script_args)
@@ -137,7 +139,7 @@ def rank_starts(spec) -> str:
 def exported_names(env: dict[str, str]) -> list[str]:
     """The variables mpirun must pass to the ranks on other nodes (its -x list)."""
     names = set(env) | {"GPUFLEET_RUN_ID", "GPUFLEET_RANK_STARTS", "GPUFLEET_JOB", "GPUFLEET_ATTEMPT", "PATH",
-                        "PYTHONUNBUFFERED"}
+                        "PYTHONUNBUFFERED"} | {name for name, _older, _value in FLIGHT_RECORDER}
     return sorted(names)
 
 
@@ -163,8 +165,9 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
         exports = []
         for name in env_names:
             exports += ["-x", name]
+        # --tag-output: each rank's lines in node 0's log begin with [<job>,<rank>]<stdout>: (Open MPI's own tag).
         head = ["mpirun", "--hostfile", os.path.join(job_dir, HOSTFILE), "-np", str(world), "--map-by", "slot",
-                "--bind-to", "none", "@ROOT_OPTS@", "@IFACE_OPTS@"]
+                "--bind-to", "none", "--tag-output", "@ROOT_OPTS@", "@IFACE_OPTS@"]
         return head + exports + ["/bin/bash", "-c", RANK_ENV_WRAPPER, "gpufleet-rank", spec.python] + script
     if spec.launcher == "horovodrun":
         hosts = ",".join("%s:%d" % (address, count) for _h, address, count in nodes_of(spec))
@@ -198,6 +201,31 @@ def render_command(parts: list[str]) -> str:
                     expanded = shlex.quote(head) + shell + shlex.quote(tail) if tail else shlex.quote(head) + shell
         rendered.append(expanded)
     return " \\\n  ".join(rendered)
+
+
+# PyTorch's flight recorder (NCCL process groups): each rank keeps its last collectives and, when one times out,
+# dumps them (torch/distributed/flight_recorder reads the dumps), into the job folder (<dump file prefix><rank>). The
+# names torch 2.13 reads; each is set unless the job or an environment file set it, or its older name (the second;
+# older torch reads only that one).
+FLIGHT_RECORDER = (
+    ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "", "1"),
+    ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "@JOB_DIR@/flight_recorder/rank_"),
+)
+# torchrun's tag of each rank's lines in the node's log (torch.distributed.run reads it; ${rank} is the global rank).
+TORCHRUN_LINE_PREFIX = "[rank${rank}|${local_rank}]: "
+
+
+def torch_prelude(launcher: str, job_dir: str) -> str:
+    """Shell lines that set the flight recorder's variables and torchrun's line tags, each unless already set."""
+    unset = [(name, older, value.replace("@JOB_DIR@", job_dir)) for name, older, value in FLIGHT_RECORDER]
+    if launcher == "torchrun":
+        unset.append(("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "", TORCHRUN_LINE_PREFIX))
+    lines = ["mkdir -p %s" % shlex.quote(os.path.join(job_dir, "flight_recorder"))]
+    for name, older, value in unset:
+        either = "${%s:-}${%s:-}" % (name, older) if older else "${%s:-}" % name
+        lines.append('if [ -z "%s" ]; then export %s=%s; fi' % (either, name, shlex.quote(value)))
+    return "\n".join(lines) + "\n"
 
 
 def iface_prelude(launcher: str) -> str:

@@ -81,4 +81,12 @@ gpus:
       memory over time, one line per node, XIDs marked); empty lists and no picture without samples.
   returned: always
   type: dict
+rank_logs:
+  description:
+    - With O(logs_dir), the files C(<logs_dir>/ranks/rank<N>.log) written from the fetched logs, one per rank, each
+      with that rank's tagged lines, the tag removed (torchrun and mpirun tag their ranks' lines; DeepSpeed's launcher
+      does not, so its jobs get none).
+  returned: always
+  type: list
+  elements: str
 """

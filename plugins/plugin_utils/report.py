@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import FAILURE_STATES, JobState, STOPPED_FOR
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import stack_groups
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import rank_lines, stack_groups
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))
@@ -203,6 +203,7 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if stopped:
         parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))
     lines = list(cause.get("log_tail") or [])[-tail_lines:]
+    lines = rank_lines.failing_rank_first(lines, root.get("rank") if isinstance(root, Mapping) else None)
     where = cause.get("log") or cause.get("log_path")
     message = "".join(parts) + "."
     if lines:

@@ -19,6 +19,8 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import TAG
+
 JOBS_DIR = "/root/.gpufleet/jobs"
 CONTAINERS_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "containers.conf")
 
@@ -122,7 +124,8 @@ class HostView:
 
     def step_lines(self, node: str, job: str) -> int:
         log = self.node_file(node, "%s/%s/job.log" % (JOBS_DIR, job)) or ""
-        return sum(1 for line in log.splitlines() if line.startswith("step "))
+        # A rank's line as the launcher tagged it ("[rank1|1]: step 3/40 ..." under torchrun): the tag does not count.
+        return sum(1 for line in log.splitlines() if TAG.sub("", line).startswith("step "))
 
     def listening_ports(self, node: str) -> list[int]:
         """TCP ports the node listens on (its network namespace's /proc/net/tcp and tcp6)."""

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import testbed
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import rank_of
 from jobfaults import probe_all, wait_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,11 +39,44 @@ def ok_lines(text):
                   re.findall(r"ok rank (\d+) of (\d+) on node (\d+) local (\d+) sum 21", text))
 
 
+def tags(text):
+    """(the rank its tag names, the rank it says it is) for each rank's 'ok rank' line of a node's log."""
+    return sorted((rank_of(line), int(found.group(1))) for line in text.splitlines()
+                  for found in [re.search(r"ok rank (\d+) of", line)] if found)
+
+
+def rank_file_ok_lines(cluster, job, rank):
+    """The 'ok rank' lines of logs/<job>/ranks/rank<rank>.log, where the report put the rank's lines untagged."""
+    with open(os.path.join(cluster.state, "logs", job, "ranks", "rank%d.log" % rank)) as handle:
+        return [line for line in handle.read().splitlines() if "ok rank" in line]
+
+
+def test_torchrun_tags_every_line_of_a_rank_with_its_global_and_local_rank(cluster):
+    """Two ranks a node: each 'ok rank R ... local L' line in the node's log begins with [rankR|L]: ; the launcher's
+    own lines are not tagged; the report splits the fetched logs into logs/<job>/ranks/rank<R>.log."""
+    run = train(cluster, "ds-torchrun", "torchrun")
+    assert run.rc == 0, run.out[-4000:]
+    for node_rank, node in enumerate(cluster.nodes):
+        log = node_log(cluster, "ds-torchrun", node)
+        assert tags(log) == [(2 * node_rank + local, 2 * node_rank + local) for local in (0, 1)], log[-3000:]
+        for local in (0, 1):
+            rank = 2 * node_rank + local
+            assert "[rank%d|%d]: ok rank %d of 6 on node %d local %d" % (rank, local, rank, node_rank, local) in log
+            assert rank_file_ok_lines(cluster, "ds-torchrun", rank) == [
+                "ok rank %d of 6 on node %d local %d sum 21" % (rank, node_rank, local)]
+        assert all(rank_of(line) is None for line in log.splitlines() if line.startswith("[gpufleet]"))
+        assert "is deprecated" not in log  # the flight recorder's variables by the names this torch reads
+    assert "Each rank's lines, untagged: " in run.out and "ranks/rank<N>.log (6 ranks)" in run.out, run.out[-3000:]
+
+
 def test_mpirun_runs_every_rank_over_the_hostfile_with_the_contract(cluster):
     run = train(cluster, "ds-mpirun", "mpirun")
     assert run.rc == 0, run.out[-4000:]
     # mpirun on node 0 collects every rank's output; ranks fill each node's 2 slots in hostfile order.
     assert ok_lines(node_log(cluster, "ds-mpirun", "node0")) == [(r, 6, r // 2, r % 2) for r in range(6)]
+    # Open MPI's --tag-output: [<job>,<rank>]<stdout>: before each rank's line, the rank the right one.
+    assert tags(node_log(cluster, "ds-mpirun", "node0")) == [(r, r) for r in range(6)]
+    assert rank_file_ok_lines(cluster, "ds-mpirun", 5) == ["ok rank 5 of 6 on node 2 local 1 sum 21"]
     for node in ("node1", "node2"):
         assert "takes part through node 0's mpirun" in node_log(cluster, "ds-mpirun", node)
 
@@ -63,6 +97,8 @@ def test_deepspeed_runs_each_nodes_part_with_gpufleets_node_rank(cluster):
     for node_rank, node in enumerate(cluster.nodes):
         lines = ok_lines(node_log(cluster, "ds-deepspeed", node))
         assert lines == [(2 * node_rank + local, 6, node_rank, local) for local in (0, 1)], lines
+        # DeepSpeed's launcher can tag nothing: its only option sends a rank's output away from the node's log.
+        assert {tag for tag, _rank in tags(node_log(cluster, "ds-deepspeed", node))} == {None}
 
 
 def test_a_platform_script_reading_only_mlp_variables_runs_unchanged(cluster):

@@ -67,6 +67,45 @@ def test_torchrun_and_deepspeed_run_on_every_node_with_its_rank():
                          "train.py", "--epochs", "2"]
 
 
+def test_each_rank_s_lines_are_tagged_where_the_launcher_can_tag_them():
+    """torchrun tees each worker's output into the node's log with the prefix torch_prelude sets; mpirun tags with
+    its own --tag-output. deepspeed's launcher can only send a rank's output to a file of its own instead of the
+    node's log (--enable_each_rank_log), which would blind the hang watchdog: its lines stay untagged."""
+    torchrun = launchers.command(spec(rank=1), "/jobs/llm", [])
+    assert torchrun[torchrun.index("--log-dir=/jobs/llm/torchelastic") + 1] == "--tee=3"
+    assert "--tee=3" not in launchers.torchrun_command(spec(rank=1))  # exported commands print as torchrun does
+    assert "--tag-output" in launchers.command(spec(rank=0, launcher="mpirun"), "/jobs/llm", [])
+    assert not any("tee" in part or "tag" in part or "each_rank" in part
+                   for part in launchers.command(spec(rank=0, launcher="deepspeed"), "/jobs/llm", []))
+
+
+def run_prelude(launcher, job_dir, env):
+    shown = "TORCH_FR_BUFFER_SIZE TORCH_NCCL_DUMP_ON_TIMEOUT TORCH_FR_DUMP_TEMP_FILE TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+    script = launchers.torch_prelude(launcher, str(job_dir)) + 'for n in %s; do echo "$n=${!n:-}"; done\n' % shown
+    done = subprocess.run(["bash", "-c", script], env=dict(env, PATH=os.environ["PATH"]), capture_output=True,
+                          text=True, check=True)
+    return dict(line.split("=", 1) for line in done.stdout.splitlines())
+
+
+def test_the_flight_recorder_and_the_line_tags_are_set_unless_the_job_set_them(tmp_path):
+    dump = "%s/flight_recorder/rank_" % (tmp_path / "j")
+    found = run_prelude("torchrun", tmp_path / "j", {})
+    assert found == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": dump,
+                     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}|${local_rank}]: "}
+    assert (tmp_path / "j" / "flight_recorder").is_dir()
+    # The job's env (or an environment file, sourced before) wins, one variable at a time.
+    mine = {"TORCH_FR_BUFFER_SIZE": "20000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "${rank}> "}
+    assert run_prelude("torchrun", tmp_path / "j", mine) == dict(mine, TORCH_FR_DUMP_TEMP_FILE=dump)
+    # So does a variable's older name, which older torch reads: then the newer is not set either.
+    older = run_prelude("torchrun", tmp_path / "j", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "500",
+                                                     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/scratch/fr_"})
+    assert older["TORCH_FR_BUFFER_SIZE"] == "" and older["TORCH_FR_DUMP_TEMP_FILE"] == ""
+    assert run_prelude("mpirun", tmp_path / "j", {})["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == ""
+    assert {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE"} <= set(
+        launchers.exported_names({}))  # mpirun passes them to the ranks on the other nodes
+
+
 @pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
 def test_single_entry_launchers_run_on_node_0_only(launcher):
     assert launchers.command(spec(rank=1, launcher=launcher), "/jobs/llm", []) is None
