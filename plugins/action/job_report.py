@@ -13,9 +13,19 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, rank_lines, report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, rank_lines, report, timeline
 
 display = Display()
+
+
+def _write_timeline(logs_dir: str, results: list[dict]) -> str:
+    """logs_dir/events.log from the nodes' events (plugin_utils/timeline.py); '' when no node had any."""
+    if not any(r.get("events") for r in results) or not os.path.isdir(logs_dir):
+        return ""
+    path = os.path.join(logs_dir, "events.log")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(timeline.merge(results)) + "\n")
+    return path
 
 
 class ActionModule(ActionBase):
@@ -49,7 +59,10 @@ class ActionModule(ActionBase):
         if rank_logs:
             display.display("Each rank's lines, untagged: %s/rank<N>.log (%d ranks)" % (
                 os.path.dirname(rank_logs[0]), len(rank_logs)))
-        result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs)
+        events_log = _write_timeline(str(args["logs_dir"]), results) if args.get("logs_dir") else ""
+        if events_log:
+            display.display("Every node's events in time order: %s" % events_log)
+        result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log)
         message = report.failure_message(job, results)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)

@@ -83,6 +83,9 @@ class Gang:
         self.started = clock()
         self.heard: dict[int, float] = {}
         self.news: dict[int, dict] = {}
+        # Per peer, the least (this node's wall clock on arrival - the peer's on sending) over its heartbeats: how far
+        # the peer's clock is behind this node's, plus the shortest trip (the events' timeline aligns by it).
+        self.offsets: dict[int, float] = {}
         self.sock = bind_own_address(socket.SOCK_DGRAM, self.nodes[self.rank][1], self.port)
 
     def peers(self) -> list[int]:
@@ -92,7 +95,7 @@ class Gang:
         return self.nodes[rank][0]
 
     def send(self, message: dict) -> None:
-        message = dict(message, run=self.run_id, rank=self.rank)
+        message = dict(message, run=self.run_id, rank=self.rank, sent_at=time.time())
         datagram = sign(self.key, message)
         for rank in self.peers():
             try:
@@ -122,6 +125,9 @@ class Gang:
             if message and message.get("run") == self.run_id and isinstance(rank, int) and rank in self.peers():
                 self.heard[rank] = self.clock()
                 self.news[rank] = message
+                if isinstance(message.get("sent_at"), (int, float)):
+                    offset = time.time() - float(message["sent_at"])
+                    self.offsets[rank] = min(offset, self.offsets.get(rank, offset))
 
     def lost(self) -> list[int]:
         """The peers that have stopped answering (or never answered within the join timeout)."""
@@ -176,6 +182,7 @@ class LoneNode:
     def __init__(self) -> None:
         self.news: dict[int, dict] = {}
         self.heard: dict[int, float] = {}
+        self.offsets: dict[int, float] = {}
 
     def peers(self) -> list[int]:
         return []

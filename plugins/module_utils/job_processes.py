@@ -14,6 +14,7 @@ import os
 import signal
 import time
 import uuid
+from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import TOKEN_VAR
 
@@ -98,6 +99,22 @@ def proc_environ_values(pid: int) -> dict[str, str]:
         if sep:
             values[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
     return values
+
+
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def rank_ids(pid: int) -> tuple[int | None, int | None]:
+    """A rank process's global and local rank, from the variables its launcher gave it."""
+    values = proc_environ_values(pid)
+
+    def first(names: tuple[str, ...]) -> int | None:
+        for name in names:
+            if values.get(name, "").isdigit():
+                return int(values[name])
+        return None
+    return first(RANK_VARS), first(LOCAL_RANK_VARS)
 
 
 def proc_has_token(pid: int, token: str) -> bool:
@@ -214,8 +231,10 @@ class RankWatch:
     watched. ``first_exit_at`` is when the first of them (or the launcher) ended: when this node's part began to
     end."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, on_rank_end: Callable[[int, int | None, int | None], None] | None = None) -> None:
         self.token = token
+        self.on_rank_end = on_rank_end  # told each rank's end: pid, global and local rank
+        self.rank_of_pid: dict[int, tuple[int | None, int | None]] = {}
         self.watched: dict[int, int | None] = {}
         self.rank_children: set[int] = set()
         self.first_exit_at: float | None = None
@@ -241,6 +260,7 @@ class RankWatch:
                 if proc_is_rank(pid):
                     self.rank_children.add(pid)
                 continue
+            self.rank_of_pid[pid] = rank_ids(pid)
             try:
                 # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
                 self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
@@ -257,6 +277,8 @@ class RankWatch:
         fd = self.watched.pop(pid, None)
         if fd is not None:
             os.close(fd)
+        if pid in self.rank_of_pid and self.on_rank_end is not None:
+            self.on_rank_end(pid, *self.rank_of_pid.pop(pid))
 
     def fds(self) -> dict[int, int]:
         """The pidfds to wait on, each with its PID."""

@@ -24,8 +24,8 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
-    proc_environ_values,
     proc_is_rank_itself,
+    rank_ids,
     run_processes,
     write_atomic,
 )
@@ -35,8 +35,6 @@ STACKS_FILE = "stacks.txt"
 DUMP_TIMEOUT_S = 10.0
 # The frames of a rank's main thread kept in state.json, innermost first.
 FRAMES_KEPT = 24
-RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 
 
 def py_spy_for(python: str) -> str | None:
@@ -47,18 +45,6 @@ def py_spy_for(python: str) -> str | None:
         if os.access(beside, os.X_OK):
             return beside
     return shutil.which("py-spy")
-
-
-def rank_of(pid: int) -> tuple[int | None, int | None]:
-    """A rank process's global and local rank, from the variables its launcher gave it."""
-    values = proc_environ_values(pid)
-
-    def first(names: tuple[str, ...]) -> int | None:
-        for name in names:
-            if values.get(name, "").isdigit():
-                return int(values[name])
-        return None
-    return first(RANK_VARS), first(LOCAL_RANK_VARS)
 
 
 def main_frames(threads: list, pid: int) -> list[list]:
@@ -131,7 +117,7 @@ class StackDump:
                 "seconds": round(time.monotonic() - self.started, 2)}
 
     def _collect(self, pid: int, proc: subprocess.Popen) -> dict:
-        rank, local_rank = rank_of(pid)
+        rank, local_rank = rank_ids(pid)
         dump: dict = {"pid": pid, "rank": rank, "local_rank": local_rank}
         if proc.poll() is None:
             proc.kill()

@@ -46,9 +46,10 @@ import time
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_events import Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S, StackDump, stacks_said
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
     attempt_verdict, failure_reason, hang_reason, lost_reason, no_restart_for, peer_done, stacks_read)
@@ -110,24 +111,22 @@ class Supervisor:
         # The log's size when the attempt started: output beyond it is the attempt's own.
         self.attempt_log_size = -1
         self.next_beat = 0.0
-        self.ranks = RankWatch(self.token)  # the run's ranks, and when the first of them ended
         self.attempt_started = time.monotonic()
         self.state: dict = {
             "job": spec.get("job"), "run_id": self.run_id, "node_rank": spec.get("node_rank"), "state": JobState.STARTING,
             "supervisor_pid": os.getpid(), "supervisor_start_ticks": proc_start_ticks(os.getpid()),
             "started_at": time.time(), "attempt": 1, "max_restarts": self.max_restarts, "attempts": [],
         }
-        # The node's GPUs while the job runs (gpu_watch.py): sampled into gpus.csv; a new hardware or driver XID in the
-        # kernel log is this node's failure, told to the other nodes at once.
+        self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
+        self.ranks = RankWatch(self.token, self.events.rank_ended)  # the run's ranks, and when the first ended
+        # The node's GPUs (gpu_watch.py): sampled into gpus.csv; a new hardware XID fails this node's part at once.
         nodes = spec.get("nodes") or []
-        rank = int(spec.get("node_rank") or 0)
+        self.node_rank = rank = int(spec.get("node_rank") or 0)
         self.host = str(nodes[rank][0]) if rank < len(nodes) else "this node"
         self.gpu_watch = GpuWatch(job_dir, self.host, float(spec.get("health_sample_s") or 0),
                                   str(spec.get("health_kernel_log") or KMSG))
         self.gpu_failure: StopReason | None = None
-        # What this node tells the others while its part is still ending (a GPU fault, a hang), and whether it has
-        # read its ranks' stacks (rank_stacks.py).
-        self.telling: dict = {}
+        self.telling: dict = {}  # what the others hear while this part ends (a GPU fault, a hang)
         self.stacks_taken = False
         self.state.update(self.runtime.state_fields(spec))
         self.state.update(scheduler.state_fields(dict(os.environ)))
@@ -137,6 +136,7 @@ class Supervisor:
         write_json_atomic(os.path.join(self.job_dir, STATE_FILE), self.state)
 
     def log(self, line: str) -> None:
+        self.events.add(line)
         with open(os.path.join(self.job_dir, LOG_FILE), "ab") as log:
             log.write(("[gpufleet] %s\n" % line).encode())
 
@@ -215,9 +215,8 @@ class Supervisor:
             self._dump_stacks(stop)
 
     def _dump_stacks(self, stop: StopReason) -> None:
-        """Every rank's Python stack into stacks.txt before the ranks are stopped (rank_stacks.py), the others told
-        at once to read theirs; state.json keeps the frames for the controller's verdict. This node's ranks wait
-        until every peer has read its own: stopped earlier, they would fail the others' ranks in their collective."""
+        """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to read theirs; the ranks
+        stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
         self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason}
         self._beat(HeartbeatPhase.RUNNING, force=True)
         dump = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.token)
@@ -331,13 +330,13 @@ class Supervisor:
         self.log(self.gpu_watch.start())
         while True:
             port = self.ports[self.attempt - 1]
-            if self.attempt > 1:
-                self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
+            self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
             if self.gpu_failure is not None:
                 self.ended = dataclasses.replace(self.ended, hardware_fault=True)
             self.state["attempts"].append(self.ended.as_dict())
+            self.events.add("this node's part ended: %s" % describe(self.host, self.node_rank, self.ended.as_dict()))
             gang, parts = self._await_peers()
             if not self._restart(gang, parts):
                 break
@@ -361,6 +360,8 @@ class Supervisor:
             stop_reason=ended.reason or self.stop_reason,
             stopped_for=ended.stopped_for,
             gang=gang,
+            # How far each peer's clock is behind this node's (plus the shortest trip), from the heartbeats.
+            clock_offsets={self.gang.host(rank): round(offset, 4) for rank, offset in self.gang.offsets.items()},
             # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
             # report orders it by this even when this node ended before counting it lost.
             peers_last_heard={self.gang.host(rank): round(self.gang.last_heard_wall(rank), 3)

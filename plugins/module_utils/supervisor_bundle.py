@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     gang_rules,
     gpu_health,
     gpu_watch,
+    job_events,
     job_processes,
     job_states,
     rank_stacks,
@@ -34,7 +35,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     supervisor,
 )
 
-PARTS = (job_states, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
+PARTS = (job_states, job_events, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
          gpu_health, gpu_watch, rank_stacks, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 

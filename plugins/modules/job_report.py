@@ -81,6 +81,13 @@ gpus:
       memory over time, one line per node, XIDs marked); empty lists and no picture without samples.
   returned: always
   type: dict
+events_log:
+  description:
+    - With O(logs_dir), C(<logs_dir>/events.log), every node's supervisor events in time order (attempts and their
+      ports, each rank's end, stops and their causes, hangs, stacks, lost peers, restarts), on node 0's clock as the
+      heartbeats measured it; empty when no node recorded events.
+  returned: always
+  type: str
 rank_logs:
   description:
     - With O(logs_dir), the files C(<logs_dir>/ranks/rank<N>.log) written from the fetched logs, one per rank, each

@@ -67,6 +67,21 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
             assert "    %s (" % expected[0] in sections[rank], (rank, sections[rank])
             assert "faulty_train.py:%d)" % expected[1] in sections[rank], (rank, sections[rank])
             assert ("    all_reduce (" in sections[rank]) == (rank != 4), (rank, sections[rank])
+    # One timeline of every node's supervisor events, on node0's clock as the heartbeats measured it.
+    with open(os.path.join(logs, "events.log")) as handle:
+        timeline = handle.read().splitlines()
+    assert re.match(r"# every node's events on node0's clock \(UTC\); node0 \+0\.000 s, node1 [+-]\d+\.\d{3} s, "
+                    r"node2 [+-]\d+\.\d{3} s$", timeline[0]), timeline[0]
+    assert [line[:23] for line in timeline[1:]] == sorted(line[:23] for line in timeline[1:])
+    for node in cluster.nodes:
+        said = [line.split("  ", 2)[2] for line in timeline[1:] if line.split("  ", 2)[1].strip() == node]
+        assert said[0].startswith("GPU watch: "), said
+        assert said[1].startswith("attempt 1 of 1, master port "), said
+        hung = next(i for i, what in enumerate(said) if what.startswith("hung: no node wrote to its log"))
+        assert said[hung + 1].startswith("stacks of ranks "), said
+        assert said[-1].startswith("this node's part ended: %s (node_rank %d) " % (node, cluster.nodes.index(node)))
+    assert any(re.search(r"  node2  rank 4 \(local rank 0, pid \d+\) ended$", line) for line in timeline), timeline
+    assert "Every node's events in time order: %s" % os.path.join(logs, "events.log") in done.out
 
 def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
     job = "hang-nospy"

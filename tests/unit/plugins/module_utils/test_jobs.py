@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -25,6 +26,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import J
 from waiting import wait_for
 
 SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes
+
+# Run ids unique to this test session: the supervisors signal processes by run token, and two sessions on one machine
+# (a developer's and CI's) must not take each other's processes for their own.
+_SESSION = uuid.uuid4().hex[:8]
+R1, R2, RA, RB, SAME = ("%s-%s" % (name, _SESSION) for name in ("r1", "r2", "ra", "rb", "same"))
 
 
 @pytest.fixture
@@ -47,10 +53,10 @@ def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0, launcher="torch
                    grace_s=grace_s, launcher=launcher)
 
 
-def launch(tmp_path, body, run_id="r1", **kwargs):
+def launch(tmp_path, body, run_id=None, **kwargs):
     spec = make_spec(tmp_path, body, **kwargs)
     path = jobs.job_dir(str(tmp_path / "jobs"), spec.job + ("" if spec.node_rank == 0 else "-n1"))
-    return path, spec, jobs.start(path, spec, run_id, SOURCE, check_mode=False)
+    return path, spec, jobs.start(path, spec, run_id or R1, SOURCE, check_mode=False)
 
 
 def ended(path):
@@ -121,8 +127,8 @@ def test_stop_never_touches_a_process_by_name(env):
 
 
 def test_two_jobs_side_by_side_stop_one(env):
-    path_a, _a, _launched = launch(env, "sleep 300\n", job="a", run_id="ra")
-    path_b, _b, _launched = launch(env, "sleep 300\n", job="b", run_id="rb")
+    path_a, _a, _launched = launch(env, "sleep 300\n", job="a", run_id=RA)
+    path_b, _b, _launched = launch(env, "sleep 300\n", job="b", run_id=RB)
     wait_for(lambda: token_processes(path_a) and token_processes(path_b))
     jobs.stop(path_a, "only a", check_mode=False)
     assert token_processes(path_a) == []
@@ -132,8 +138,8 @@ def test_two_jobs_side_by_side_stop_one(env):
 
 def test_two_nodes_of_one_run_on_one_machine_do_not_end_each_other(env):
     # The local inventory puts two nodes of the same run (same run_id) on one machine.
-    path0, _s0, _launched = launch(env, "sleep 300\n", node_rank=0, run_id="same")
-    path1, _s1, _launched = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id="same")
+    path0, _s0, _launched = launch(env, "sleep 300\n", node_rank=0, run_id=SAME)
+    path1, _s1, _launched = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id=SAME)
     assert wait_for(lambda: ended(path1))["state"] == "failed"
     time.sleep(0.5)
     assert jobs.status(path0)["state"] == "running" and token_processes(path0)
@@ -152,8 +158,8 @@ def test_killed_supervisor_is_reported_lost_and_its_launcher_dies(env):
 
 def test_same_spec_running_is_unchanged_and_other_spec_is_refused(env):
     path, spec, first = launch(env, "sleep 300\n")
-    again = jobs.start(path, spec, "r2", SOURCE, check_mode=False)
-    assert again["changed"] is False and again["pid"] == first["pid"] and again["run_id"] == "r1"
+    again = jobs.start(path, spec, R2, SOURCE, check_mode=False)
+    assert again["changed"] is False and again["pid"] == first["pid"] and again["run_id"] == R1
     other = JobSpec(**dict(spec.as_dict(), script_args=("--more",), env=()))
     with pytest.raises(jobs.JobError, match=r"already running .*\(script_args differ\)"):
         jobs.start(path, other, "r3", SOURCE, check_mode=False)
@@ -163,7 +169,7 @@ def test_same_spec_running_is_unchanged_and_other_spec_is_refused(env):
 def test_check_mode_writes_nothing_and_shows_the_script(env):
     spec = make_spec(env, "exit 0\n")
     path = jobs.job_dir(str(env / "jobs"), "j")
-    result = jobs.start(path, spec, "r1", SOURCE, check_mode=True)
+    result = jobs.start(path, spec, R1, SOURCE, check_mode=True)
     assert result["changed"] and result["pid"] is None
     assert not os.path.exists(path)
     assert result["diff"]["before"] == "" and "--node-rank=0" in result["diff"]["after"]
@@ -172,9 +178,9 @@ def test_check_mode_writes_nothing_and_shows_the_script(env):
 def test_relaunch_after_the_end_keeps_the_earlier_log(env):
     path, spec, _launched = launch(env, "echo first run\n")
     wait_for(lambda: ended(path))
-    jobs.start(path, spec, "r2", SOURCE, check_mode=False)
-    wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == "r2")
-    assert "first run" in open(os.path.join(path, "job.r1.log")).read()
+    jobs.start(path, spec, R2, SOURCE, check_mode=False)
+    wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == R2)
+    assert "first run" in open(os.path.join(path, "job.%s.log" % R1)).read()
 
 
 def test_stop_of_an_absent_or_ended_job_changes_nothing(env):
@@ -193,8 +199,8 @@ def test_stop_in_check_mode_signals_nothing(env):
 
 
 def test_list_jobs(env):
-    launch(env, "exit 0\n", job="a", run_id="ra")
-    launch(env, "exit 0\n", job="b", run_id="rb")
+    launch(env, "exit 0\n", job="a", run_id=RA)
+    launch(env, "exit 0\n", job="b", run_id=RB)
     assert jobs.list_jobs(str(env / "jobs")) == ["a", "b"]
     assert jobs.list_jobs(str(env / "none")) == []
 
@@ -232,12 +238,12 @@ def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(
                    master_port=29500, python=str(env / "fake-python"), script="sub/run.sh", workdir=str(code),
                    script_sha256="a")
     path = jobs.job_dir(str(env / "jobs"), "inline")
-    jobs.start(path, spec, "r1", SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
+    jobs.start(path, spec, R1, SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
     wait_for(lambda: "inline ran" in open(os.path.join(path, "job.log")).read())
     assert (code / "sub" / "run.sh").stat().st_mode & 0o077 == 0
     changed = JobSpec(**dict(spec.as_dict(), script_sha256="b", script_args=(), env=()))
     with pytest.raises(jobs.JobError, match=r"script_sha256 differ"):
-        jobs.start(path, changed, "r2", SOURCE, check_mode=False, script_content="echo other\n")
+        jobs.start(path, changed, R2, SOURCE, check_mode=False, script_content="echo other\n")
     assert "sleep 300" in (code / "sub" / "run.sh").read_text()  # the running job's code was not touched
 
 
@@ -332,5 +338,5 @@ def test_a_gang_without_its_key_is_refused_before_anything_is_written(tmp_path):
                           nodes=(("node0", "127.0.0.1"), ("node1", "127.0.0.2"))))
     path = jobs.job_dir(str(tmp_path / "jobs"), spec.job)
     with pytest.raises(jobs.JobError, match="gang_key: is required when nodes are given"):
-        jobs.start(path, spec, "r1", SOURCE, check_mode=False)
+        jobs.start(path, spec, R1, SOURCE, check_mode=False)
     assert not os.path.exists(path)

@@ -6,6 +6,7 @@ check: ranks of torchrun on several nodes (tests/cluster/test_hang_stacks.py doe
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 from waiting import wait_for
@@ -13,17 +14,19 @@ from waiting import wait_for
 from ansible_collections.gpufleet.cluster.plugins.module_utils import rank_stacks
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import TOKEN_VAR
 
+# A token unique to this test session: two sessions on one machine must not read each other's "ranks".
+TOKEN = "t-%s.0" % uuid.uuid4().hex[:8]
 STUCK = "import time\ndef stuck_in_here():\n    time.sleep(600)\nprint('ready', flush=True)\nstuck_in_here()\n"
 
 
 @pytest.fixture
 def ranks(tmp_path):
-    """Two 'ranks' of token t.0 (RANK 4 and 5), each a Python stuck in stuck_in_here (script.py line 3)."""
+    """Two 'ranks' of the session's token (RANK 4 and 5), each a Python stuck in stuck_in_here (script.py line 3)."""
     script = tmp_path / "script.py"
     script.write_text(STUCK)
     started = []
     for rank in (4, 5):
-        env = dict(os.environ, **{TOKEN_VAR: "t.0", "RANK": str(rank), "LOCAL_RANK": str(rank - 4)})
+        env = dict(os.environ, **{TOKEN_VAR: TOKEN, "RANK": str(rank), "LOCAL_RANK": str(rank - 4)})
         started.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE))
     for proc in started:
         assert proc.stdout.readline() == b"ready\n"
@@ -34,7 +37,7 @@ def ranks(tmp_path):
 
 
 def dump(tmp_path, python):
-    found = rank_stacks.StackDump(str(tmp_path), "node2", python, "t.0")
+    found = rank_stacks.StackDump(str(tmp_path), "node2", python, TOKEN)
     wait_for(found.done, timeout=30)
     return found.finish()
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -106,7 +107,7 @@ def prepare(tmp_path, body, node="node9", rank=0, master_port=0, max_restarts=0)
                    master_port=master_port, python=str(fake), script=str(script), workdir=str(tmp_path), grace_s=1.0,
                    max_restarts=max_restarts, scheduler="slurm", slurm_node=node, slurm_job_id="41")
     path = jobs.job_dir(str(tmp_path / "jobs"), "train")
-    return path, jobs.start(path, spec, "run-41", SOURCE, check_mode=False)
+    return path, jobs.start(path, spec, "run-41-%s" % uuid.uuid4().hex[:8], SOURCE, check_mode=False)
 
 
 def test_the_launch_prepares_the_folder_and_starts_nothing(tmp_path, slurm_client):

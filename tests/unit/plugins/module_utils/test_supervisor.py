@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -32,6 +33,9 @@ from waiting import wait_for
 SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes
 KEY = "0123456789abcdef0123456789abcdef"
 NODES = (("n0", "127.0.0.1"), ("n1", "127.0.0.2"))
+# The run id, unique to this test session: the supervisors signal processes by run token, and two sessions on one
+# machine (a developer's and CI's) must not take each other's processes for their own.
+RUN = "run-%s" % uuid.uuid4().hex[:8]
 
 
 def free_udp_port():
@@ -62,7 +66,7 @@ class Gang2:
             args.update(spec_args, **rank_args[rank])
             spec = JobSpec(**args)
             path = jobs.job_dir(str(tmp_path / ("node%d" % rank)), "g")
-            jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+            jobs.start(path, spec, RUN, SOURCE, check_mode=False, gang_key=KEY)
             self.paths.append(path)
 
     def status(self, rank):
@@ -119,6 +123,14 @@ def test_a_failing_node_stops_the_other_without_any_controller(gang):
     assert "n1 (node_rank 1) failed with exit code 3" in ended[0]["stop_reason"]
     assert stopped_after < 5
     assert wait_for(lambda: not g.processes() or None, timeout=5) is None or not g.processes()
+    # Each node's events for the job's timeline, stamped with its clock; node0 measured node1's clock from the
+    # heartbeats (one machine here: the same clock, so only the trip, well under a second).
+    events = [what for _at, what in ended[0]["events"]]
+    assert events[1].startswith("attempt 1 of 1, master port") and "rank 0 (local rank 0, pid" not in " ".join(events)
+    assert events[-1] == "this node's part ended: n0 (node_rank 0) was stopped (%s)" % ended[0]["stop_reason"]
+    assert [what for _at, what in ended[1]["events"]][-1] == "this node's part ended: n1 (node_rank 1) failed with exit code 3"
+    assert 0 <= ended[0]["clock_offsets"]["n1"] < 0.5 and 0 <= ended[1]["clock_offsets"]["n0"] < 0.5
+    assert [at for at, _what in ended[0]["events"]] == sorted(at for at, _what in ended[0]["events"])
 
 
 def test_a_node_whose_supervisor_is_killed_is_lost_and_the_other_stops(gang):
@@ -148,7 +160,7 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
                    master_port=free_udp_port(), python=str(fake), script=str(script), workdir=str(tmp_path),
                    grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
-    jobs.start(path, spec, "run1", SOURCE, check_mode=False, gang_key=KEY)
+    jobs.start(path, spec, RUN, SOURCE, check_mode=False, gang_key=KEY)
     final = wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES and jobs.status(path), timeout=15)
     assert final["state"] == "stopped"
     # Who was never heard, on which UDP port, how long this node waited, and what to check.
@@ -164,7 +176,7 @@ def test_forged_heartbeats_are_ignored(gang):
     g = gang([FOREVER, FOREVER])
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
     spec = jobs.read_spec(g.paths[0])
-    forged = sign(b"not-the-key", {"run": "run1", "rank": 1, "attempt": 1, "phase": "ended",
+    forged = sign(b"not-the-key", {"run": RUN, "rank": 1, "attempt": 1, "phase": "ended",
                                        "outcome": "failed", "exit_code": 1})
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _ in range(5):
@@ -204,6 +216,12 @@ def test_a_hung_job_s_ranks_stacks_are_taken_on_every_node_before_they_stop(gang
         assert stacks["ranks"][0]["frames"][0][:1] + stacks["ranks"][0]["frames"][0][2:] == [function, 3], stacks
         assert "    %s (<string>:3)" % function in open(os.path.join(g.paths[rank], "stacks.txt")).read()
         assert "stacks of ranks %d written to stacks.txt" % rank in open(ended[rank]["log_path"]).read()
+        # The timeline's events: the hang, the stacks, then the rank's end, in that order.
+        events = [what for _at, what in ended[rank]["events"]]
+        hung = next(i for i, what in enumerate(events) if what.startswith("hung: no node wrote"))
+        assert events[hung + 1].startswith("stacks of ranks %d written" % rank), events
+        assert any(what.startswith("rank %d (local rank 0, pid " % rank) and what.endswith(") ended")
+                   for what in events[hung + 2:]), events
     wait_for(lambda: not g.processes())
 
 
@@ -309,7 +327,7 @@ def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):
                    master_port=29500, python="python3", script="x.py", workdir=str(tmp_path), nodes=NODES)
     path = jobs.job_dir(str(tmp_path / "node0"), "g")
     with pytest.raises(jobs.JobError, match="gang_key"):
-        jobs.start(path, spec, "run1", SOURCE, check_mode=False)
+        jobs.start(path, spec, RUN, SOURCE, check_mode=False)
     assert not os.path.exists(path)
 
 

@@ -71,7 +71,7 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
                             cwd=tmp_path, check=True).stdout.strip().split(",")
     assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
     assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
-        "job_states", "job_processes", "free_ports", "slurm_jobs", "schedulers", "containers", "runtimes", "gang",
+        "job_states", "job_events", "job_processes", "free_ports", "slurm_jobs", "schedulers", "containers", "runtimes", "gang",
         "gang_rules", "gpu_health", "gpu_watch", "rank_stacks", "attempt", "supervisor"]
 
 

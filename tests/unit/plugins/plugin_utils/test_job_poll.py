@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import uuid
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
@@ -43,7 +44,7 @@ def start(tmp_path, home, job, body):
                    master_port=29500, python=str(tmp_path / "fake-python"), script=str(script),
                    workdir=str(tmp_path), grace_s=1.0)
     path = jobs.job_dir(str(home / ".gpufleet" / "jobs"), job)
-    jobs.start(path, spec, "run-" + job, SOURCE, check_mode=False)
+    jobs.start(path, spec, "run-%s-%s" % (job, uuid.uuid4().hex[:8]), SOURCE, check_mode=False)  # unique: see test_jobs
     return path
 
 
