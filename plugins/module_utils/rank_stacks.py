@@ -23,12 +23,7 @@ import shutil
 import subprocess
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
-    proc_is_rank_itself,
-    rank_ids,
-    run_processes,
-    write_atomic,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_atomic
 
 STACKS_FILE = "stacks.txt"
 # How long the dumps may take together; py-spy reads a rank in well under a second.
@@ -81,15 +76,17 @@ def stacks_said(stacks: dict) -> str:
 
 class StackDump:
     """One dump of every rank of this node's part: started at once, read when every py-spy has ended (or at the
-    timeout), so that the caller can go on with its heartbeats meanwhile."""
+    timeout), so that the caller can go on with its heartbeats meanwhile. The ranks are the supervisor's rank watch's
+    (job_processes.RankWatch: each live rank's pid with its global and local rank)."""
 
-    def __init__(self, job_dir: str, host: str, python: str, token: str) -> None:
+    def __init__(self, job_dir: str, host: str, python: str, ranks: dict[int, tuple[int | None, int | None]]) -> None:
         self.job_dir, self.host = job_dir, host
         self.py_spy = py_spy_for(python)
         self.started = time.monotonic()
+        self.ranks = dict(ranks)
         self.running: list[tuple[int, subprocess.Popen]] = []
         self.error: str | None = None
-        pids = sorted(pid for pid in run_processes(token) if proc_is_rank_itself(pid))
+        pids = sorted(self.ranks)
         if self.py_spy is None:
             self.error = ("py-spy is not on this node (neither beside %s nor on PATH): provision.yml --tags python_env "
                           "installs it" % python)
@@ -117,7 +114,7 @@ class StackDump:
                 "seconds": round(time.monotonic() - self.started, 2)}
 
     def _collect(self, pid: int, proc: subprocess.Popen) -> dict:
-        rank, local_rank = rank_ids(pid)
+        rank, local_rank = self.ranks[pid]
         dump: dict = {"pid": pid, "rank": rank, "local_rank": local_rank}
         if proc.poll() is None:
             proc.kill()

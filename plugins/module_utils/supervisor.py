@@ -219,7 +219,7 @@ class Supervisor:
         stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
         self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason}
         self._beat(HeartbeatPhase.RUNNING, force=True)
-        dump = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.token)
+        dump = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.ranks.rank_of_pid)
         while not dump.done():
             self.tick(HeartbeatPhase.RUNNING, 0.05)
         stacks = dump.finish()
@@ -279,7 +279,7 @@ class Supervisor:
             self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
             # with no restart left (or was stopped) has told the others, and this node is done.
-            final = self.ended.outcome != JobState.SUCCEEDED and not self._may_restart()
+            final = self.ended.outcome != JobState.SUCCEEDED and (not self._may_restart() or self.ended.hardware_fault)
             if not final:
                 self.save(phase="this node's part has ended; waiting for the other nodes")
             while self.stop_reason is None and not final:
@@ -298,13 +298,11 @@ class Supervisor:
         return attempt_verdict(parts, self.stop_reason is not None), parts
 
     def _may_restart(self) -> bool:
-        """Whether this node may launch again after a failed attempt: restarts remain, nobody asked it to stop, and
-        its GPUs raised no hardware fault."""
-        return self.attempt <= self.max_restarts and self.stop_reason is None and self.gpu_failure is None
+        return self.attempt <= self.max_restarts and self.stop_reason is None
 
     def _restart(self, gang: str, parts: list[dict]) -> bool:
         """Whether the gang launches again; a restart refused for a hardware fault is said in the log and state.json."""
-        if gang != JobState.FAILED or self.attempt > self.max_restarts or self.stop_reason is not None:
+        if gang != JobState.FAILED or not self._may_restart():
             return False
         refused = no_restart_for(parts)
         if refused is not None:

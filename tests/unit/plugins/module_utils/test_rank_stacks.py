@@ -1,5 +1,5 @@
 """Every rank's stack on a hang (module_utils/rank_stacks.py): real Python processes read by the real py-spy (the
-venv's, pinned as python_env pins it), found by their run token as the supervisor finds its ranks. What this does not
+venv's, pinned as python_env pins it), found by their run token by the supervisor's rank watch. What this does not
 check: ranks of torchrun on several nodes (tests/cluster/test_hang_stacks.py does), a node where ptrace is refused
 (its wording is checked with a py-spy stand-in that answers as py-spy does)."""
 
@@ -12,7 +12,7 @@ import pytest
 from waiting import wait_for
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import rank_stacks
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import TOKEN_VAR
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import TOKEN_VAR, RankWatch
 
 # A token unique to this test session: two sessions on one machine must not read each other's "ranks".
 TOKEN = "t-%s.0" % uuid.uuid4().hex[:8]
@@ -37,9 +37,16 @@ def ranks(tmp_path):
 
 
 def dump(tmp_path, python):
-    found = rank_stacks.StackDump(str(tmp_path), "node2", python, TOKEN)
-    wait_for(found.done, timeout=30)
-    return found.finish()
+    """The ranks as the supervisor's rank watch finds them (by the run token, their rank from their environment),
+    read."""
+    watch = RankWatch(TOKEN)
+    watch.scan()
+    try:
+        found = rank_stacks.StackDump(str(tmp_path), "node2", python, watch.rank_of_pid)
+        wait_for(found.done, timeout=30)
+        return found.finish()
+    finally:
+        watch.close()
 
 
 def test_each_rank_s_stack_is_read_and_written_naming_its_rank_and_frame(tmp_path, ranks):
