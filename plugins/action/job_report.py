@@ -13,7 +13,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, gpu_report, rank_lines, report, timeline
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import (
+    action_args, flight_recorder, gpu_report, rank_lines, report, timeline)
 
 display = Display()
 
@@ -62,8 +63,16 @@ class ActionModule(ActionBase):
         events_log = _write_timeline(str(args["logs_dir"]), results) if args.get("logs_dir") else ""
         if events_log:
             display.display("Every node's events in time order: %s" % events_log)
-        result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log)
         message = report.failure_message(job, results)
+        recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
+        if recorder["said"]:
+            display.display("PyTorch's flight recorder: %s" % recorder["said"])
+            message = message and "%s\nPyTorch's flight recorder: %s" % (message, recorder["said"])
+        stacks = report.where_ranks_were(results)
+        if stacks and stacks not in (message or ""):  # taken before a stop that asked for them, not on a hang
+            display.display("Where each rank was when the job was stopped: %s" % stacks)
+        result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
+                      stacks=stacks, flight_recorder=recorder)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:

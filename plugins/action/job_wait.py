@@ -189,7 +189,8 @@ class ActionModule(ActionBase):
         def stop(reason: str) -> None:
             try:
                 self._execute_module("gpufleet.cluster.job_stop",
-                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason},
+                                     module_args={"job": job, "jobs_dir": jobs_dir, "reason": reason,
+                                                  "dump_stacks": args["dump_stacks"]},
                                      task_vars=task_vars)
             except AnsibleConnectionFailure:
                 pass  # the node is unreachable: its own supervisor is all that can act there

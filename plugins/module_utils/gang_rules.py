@@ -23,7 +23,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
 
 def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:
     """Why this node's part stops because another node's part of the attempt failed, ended or found the job
-    hung (a hang is the whole job's, not one node's), else None."""
+    hung (a hang is the whole job's, not one node's), else None. Every rank's stack is taken first on a hang, and
+    when the other node's stop asked for stacks (stop.yml -e dump_stacks=true)."""
     if not isinstance(gang, Gang):
         return None
     failure = gang_failure(gang, attempt)
@@ -32,8 +33,9 @@ def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:
     rank, news = failure
     host = gang.host(rank)
     if news.get("outcome") == JobState.HUNG:
-        return StopReason(JobState.HUNG, str(news.get("reason")), None)
-    return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host)
+        return StopReason(JobState.HUNG, str(news.get("reason")), None, True)
+    return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host,
+                      bool(news.get("stacks_wanted")))
 
 
 def lost_reason(gang: Gang | LoneNode, lost: list[int]) -> StopReason:
@@ -60,7 +62,7 @@ def hang_reason(silences: list[float | None], hang_timeout_s: float) -> StopReas
     silent for hang_timeout_s; off when hang_timeout_s is 0."""
     if hang_timeout_s and all(s is not None and s >= hang_timeout_s for s in silences):
         return StopReason(JobState.HUNG, "hung: no node wrote to its log for %.0f s (hang_timeout=%.0f)"
-                          % (min(s for s in silences if s is not None), hang_timeout_s), None)
+                          % (min(s for s in silences if s is not None), hang_timeout_s), None, True)
     return None
 
 

@@ -246,10 +246,10 @@ class RankWatch:
         self.first_exit_at, self.next_scan, self.started = None, 0.0, now
         self.rank_children.clear()
 
-    def scan(self) -> None:
-        """Start watching the run's new ranks (often at first, then every few seconds)."""
+    def scan(self, now_please: bool = False) -> None:
+        """Start watching the run's new ranks (often at first, then every few seconds; at once with now_please)."""
         now = time.monotonic()
-        if now < self.next_scan:
+        if now < self.next_scan and not now_please:
             return
         self.next_scan = now + (0.5 if now - self.started < 30 else 5.0)
         for pid in run_processes(self.token):

@@ -25,17 +25,18 @@ TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
 PORTS_VAR = "GPUFLEET_PORTS"
 
 
-def stop_request(reason: str, stopped_for: str | None = None) -> str:
-    """The stop request file's text: the reason on its first line; with stopped_for, a second line naming the node
-    whose failure the stop is for (job_stop's stopped_for)."""
-    return reason.replace("\n", " ") + "\n" + ("stopped_for=%s\n" % stopped_for if stopped_for else "")
+def stop_request(reason: str, stopped_for: str | None = None, stacks: bool = False) -> str:
+    """The stop request file's text: the reason on its first line; with stopped_for, a line naming the node whose
+    failure the stop is for (job_stop's stopped_for); with stacks, a line asking for every rank's stack first."""
+    return (reason.replace("\n", " ") + "\n" + ("stopped_for=%s\n" % stopped_for if stopped_for else "")
+            + ("stacks=yes\n" if stacks else ""))
 
 
-def read_stop_request(text: str) -> tuple[str, str | None]:
-    """The reason and the node stopped for (or None) in a stop request file's text."""
+def read_stop_request(text: str) -> tuple[str, str | None, bool]:
+    """The reason, the node stopped for (or None) and whether stacks are asked for, in a stop request file's text."""
     lines = text.splitlines()
     stopped_for = next((line.partition("=")[2] for line in lines[1:] if line.startswith("stopped_for=")), None)
-    return (lines[0].strip() if lines else ""), (stopped_for or None)
+    return (lines[0].strip() if lines else ""), (stopped_for or None), "stacks=yes" in lines[1:]
 
 
 class JobState(str, enum.Enum):
@@ -99,9 +100,10 @@ GANG_FAILURE_STATES = (JobState.FAILED, JobState.STOPPED, JobState.HUNG)
 FAILURE_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState.HUNG)
 
 
-# Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, and
-# the node whose failure stopped it (None when it is not another node's).
-StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for"))
+# Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, the
+# node whose failure stopped it (None when it is not another node's), and whether every rank's stack is taken first
+# (a hang, or a stop that asked for them: rank_stacks.py).
+StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for", "stacks"), defaults=(False,))
 
 
 @dataclasses.dataclass(frozen=True)

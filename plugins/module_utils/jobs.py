@@ -50,6 +50,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     stop_request,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S
 from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import TASK_FILES, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
@@ -109,6 +110,9 @@ def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
         result["root_cause"] = cause
         lines = job_logs.without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
+    dumps = launchers.flight_recorder_dumps(path)
+    if dumps:  # PyTorch's flight recorder dumped (a collective timed out): fetched with the logs
+        result["flight_recorder"] = {"dir": os.path.join(path, launchers.FLIGHT_RECORDER_DIR), "dumps": dumps}
     return result
 
 
@@ -272,10 +276,15 @@ def _write_script(spec: JobSpec, content: str) -> None:
 
 
 def _keep_previous_log(path: str, previous: dict) -> None:
+    """The previous run's log (job.<run id>.log) and flight recorder dumps (flight_recorder.<run id>/) are kept
+    beside the new run's, never mixed with them."""
+    suffix = previous.get("run_id") or str(int(time.time()))
     log = os.path.join(path, LOG_FILE)
     if os.path.exists(log):
-        suffix = previous.get("run_id") or str(int(time.time()))
         os.replace(log, os.path.join(path, "job.%s.log" % suffix))
+    if launchers.flight_recorder_dumps(path):
+        dumps = os.path.join(path, launchers.FLIGHT_RECORDER_DIR)
+        os.replace(dumps, "%s.%s" % (dumps, suffix))
 
 
 def _start_supervisor(path: str, timeout_s: float) -> dict:
@@ -307,11 +316,12 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
 
 
 def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, cancel_scheduler: bool = True,
-         stopped_for: str | None = None) -> dict:
+         stopped_for: str | None = None, stacks: bool = False) -> dict:
     """Stop this job's run on this node: only processes that carry its run token are signalled. Under Slurm,
     the Slurm job is cancelled first (unless cancel_scheduler is false: a stop of one node's part because another
     node failed, which ends the Slurm job by itself, recorded as failed). stopped_for names that other node: the
-    supervisor then takes the stop as the gang's (job_states.stop_request)."""
+    supervisor then takes the stop as the gang's (job_states.stop_request). With stacks, the supervisor takes every
+    rank's stack before it stops them (rank_stacks.py)."""
     current = status(path)
     result = {"job_dir": path, "changed": False, "state_before": current["state"]}
     spec = read_spec(path) or {}
@@ -327,14 +337,15 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     if check_mode:
         result["state"] = JobState.STOPPED
         return result
-    write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for), 0o600)
+    write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for, stacks), 0o600)
     wanted = cancel_scheduler or current["state"] == JobState.QUEUED
     cancelled = scheduler_of(spec.get("scheduler")).cancel(spec, wanted)
     if cancelled:
         result["scancel"] = cancelled
     if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
+        # With stacks, the supervisor first reads its ranks, then waits for the other nodes to have read theirs.
+        deadline = time.monotonic() + timeout_s + (2 * DUMP_TIMEOUT_S if stacks else 0)
         # Until the supervisor itself is gone (it says goodbye to the other nodes after recording the end).
         while time.monotonic() < deadline and supervisor_alive(current):
             time.sleep(0.1)

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import time
+from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_atomic
 
@@ -96,6 +97,13 @@ class StackDump:
             self.running.append((pid, subprocess.Popen(  # pylint: disable=consider-using-with
                 [self.py_spy, "dump", "--nonblocking", "--json", "--pid", str(pid)], stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+
+    def taken(self, meanwhile: Callable[[], None]) -> dict:
+        """The dump's result (finish), once every py-spy has ended or at the timeout; meanwhile is called until
+        then (the supervisor's loop: its heartbeats go on)."""
+        while not self.done():
+            meanwhile()
+        return self.finish()
 
     def done(self) -> bool:
         return (all(proc.poll() is not None for _pid, proc in self.running)

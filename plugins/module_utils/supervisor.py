@@ -102,6 +102,7 @@ class Supervisor:
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
+        self.stop_stacks = False  # whether the stop request asks for every rank's stack first
         self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
         self.attempt = 1
         # How this node's part of the latest attempt ended (None before the first has).
@@ -144,7 +145,7 @@ class Supervisor:
         if self.stop_reason is None:
             try:
                 with open(os.path.join(self.job_dir, STOP_REQUEST_FILE)) as handle:
-                    self.stop_reason, self.stop_for = read_stop_request(handle.read())
+                    self.stop_reason, self.stop_for, self.stop_stacks = read_stop_request(handle.read())
                 self.stop_reason = self.stop_reason or None
             except OSError:
                 pass
@@ -172,6 +173,7 @@ class Supervisor:
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
             STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
             "hardware_fault": bool(outcome.get("hardware_fault")), "stacks_taken": self.stacks_taken,
+            "stacks_wanted": bool(outcome.get("stacks_wanted")),
         })
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
@@ -197,7 +199,7 @@ class Supervisor:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
         gang's reason."""
         if self.stop_reason is not None:
-            return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for)
+            return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for, self.stop_stacks)
         fault = self.gpu_watch.poll()
         if fault is not None:
             if self.gpu_failure is None:
@@ -211,18 +213,17 @@ class Supervisor:
     def begin_stop(self, stop: StopReason) -> None:
         self.save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
         self.log(stop.reason)
-        if stop.outcome == JobState.HUNG:
+        if stop.stacks:  # a hang, or a stop that asked for them
             self._dump_stacks(stop)
 
     def _dump_stacks(self, stop: StopReason) -> None:
-        """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to read theirs; the ranks
-        stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
-        self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason}
+        """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to take theirs; the
+        ranks stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
+        self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason, "stacks_wanted": True}
         self._beat(HeartbeatPhase.RUNNING, force=True)
-        dump = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.ranks.rank_of_pid)
-        while not dump.done():
-            self.tick(HeartbeatPhase.RUNNING, 0.05)
-        stacks = dump.finish()
+        self.ranks.scan(now_please=True)  # a rank started since the last scan is read too
+        stacks = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.ranks.rank_of_pid
+                           ).taken(lambda: self.tick(HeartbeatPhase.RUNNING, 0.05))
         self.save(stacks=stacks)
         self.log(stacks_said(stacks))
         self.stacks_taken = True

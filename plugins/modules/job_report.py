@@ -96,4 +96,30 @@ rank_logs:
   returned: always
   type: list
   elements: str
+stacks:
+  description:
+    - Where each rank was when the job was stopped, grouped by frame, with the ranks that are elsewhere than the
+      most named as the likely cause, and the fetched C(<node>.stacks.txt) files; when the nodes took every rank's
+      stack (on a hang, or before a stop with C(dump_stacks)). Empty otherwise.
+  returned: always
+  type: str
+  sample: "ranks 0–3, 5 in all_reduce (train.py:42), rank 4 in load_next_batch (train.py:38): rank 4 on node2 is the likely cause"
+flight_recorder:
+  description:
+    - With O(logs_dir), what the dumps of PyTorch's flight recorder fetched into C(<logs_dir>/flight_recorder/) say
+      (C(said), also added to the failure message); per process group, the ranks waiting in its latest collective
+      and those that never entered it, or the ranks that called different collectives at the same place; then
+      torch's own analyser's verdict (C(python -m torch.distributed.flight_recorder.fr_trace)) when torch is
+      importable by the controller's Python, its whole output in C(analyser) (C(fr_trace.txt)). C(dumps), the files
+      read. The dumps are read as plain data only; a file that names a class or function is not read.
+  returned: always
+  type: dict
+  sample:
+    said: >-
+      ranks 0–3, 5 wait in nccl:all_reduce #7 of process group default_pg at all_reduce (train.py:42); rank 4 never
+      entered it (rank 4's last: #6, completed): the likely cause; torch's analyser: Not all ranks joining
+      collective, sequence number: 7; group info: 0:default_pg; collective: nccl:all_reduce; missing ranks: {4}
+      (logs/llama-ft/flight_recorder/fr_trace.txt) (6 dumps in logs/llama-ft/flight_recorder)
+    dumps: [logs/llama-ft/flight_recorder/rank_0]
+    analyser: logs/llama-ft/flight_recorder/fr_trace.txt
 """

@@ -99,6 +99,20 @@ jobs:
           C(exit_code)), next to gpufleet's own C(state). C(state) is C(GONE) when Slurm no longer knows the job.
       type: dict
       returned: when the job is Slurm's
+    stacks:
+      description:
+        - Every rank's Python stack, taken before a hang's stop or a stop that asked for them (C(file), the job
+          folder's C(stacks.txt), or C(error), why none was taken; C(ranks), each rank's main-thread frames).
+      type: dict
+      returned: when the supervisor took stacks
+    flight_recorder:
+      description:
+        - The dumps of PyTorch's flight recorder the job's ranks on this node wrote (a collective timed out);
+          C(dir), the job folder's C(flight_recorder), and C(dumps), the files' names (C(rank_<global rank>)).
+          A relaunch of the job keeps the previous run's as C(flight_recorder.<run id>).
+      type: dict
+      returned: when the ranks wrote dumps
+      sample: {"dir": "/home/alice/.gpufleet/jobs/llama-ft/flight_recorder", "dumps": ["rank_0", "rank_1"]}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -61,6 +61,15 @@ options:
         rank had already ended is recorded as failed, its launcher left its grace period to end on its own.
       - Unset (the default), the stop is a stop by request.
     type: str
+  dump_stacks:
+    description:
+      - Take every rank's Python stack (py-spy) before the ranks are stopped, into the job folder's C(stacks.txt)
+        and the job's state (C(stacks)), as on a hang. The job's other nodes, told by this node's supervisor, take
+        theirs too, and every node stops its ranks only once all have (a rank stopped earlier would move the
+        others' ranks out of the collective they wait in).
+      - Where py-spy is not on the node, or cannot read the ranks, the state says why, and the stop goes on.
+    type: bool
+    default: false
 seealso:
   - module: gpufleet.cluster.launch
   - module: gpufleet.cluster.job_status
@@ -71,6 +80,11 @@ EXAMPLES = r"""
   gpufleet.cluster.job_stop:
     job: llama-ft
     reason: stopped from the stop playbook
+
+- name: Stop it, with every rank's stack taken first (where is it stuck?)
+  gpufleet.cluster.job_stop:
+    job: llama-ft
+    dump_stacks: true
 """
 
 RETURN = r"""
@@ -125,6 +139,7 @@ def main() -> None:
             "timeout_s": {"type": "float", "default": 30},
             "cancel_scheduler": {"type": "bool", "default": True},
             "stopped_for": {"type": "str"},
+            "dump_stacks": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -133,7 +148,7 @@ def main() -> None:
         module.fail_json(msg="job: %r is not a valid job name" % params["job"])
     result = jobs.stop(
         jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"],
-        cancel_scheduler=params["cancel_scheduler"], stopped_for=params["stopped_for"],
+        cancel_scheduler=params["cancel_scheduler"], stopped_for=params["stopped_for"], stacks=params["dump_stacks"],
     )
     if result.get("remaining"):
         module.fail_json(msg="processes of job %s are still alive: %s" % (params["job"], result["remaining"]), **result)

@@ -74,6 +74,12 @@ options:
     description: Log lines to return at the end.
     type: int
     default: 30
+  dump_stacks:
+    description:
+      - On Ctrl-C, take every rank's Python stack before the ranks are stopped (M(gpufleet.cluster.job_stop)'s
+        O(gpufleet.cluster.job_stop#module:dump_stacks)); the wait of train.yml sets it from C(-e dump_stacks=true).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""

@@ -146,15 +146,15 @@ def _launcher(result: Mapping[str, Any]) -> str:
     return "the launcher"
 
 
-def _where_stuck(results: Sequence[Mapping[str, Any]]) -> str:
-    """'; <where each rank was, and the likely cause>; every rank's stack: <files>' for a hung job whose nodes took
-    stacks (stack_groups.py), else ''."""
+def where_ranks_were(results: Sequence[Mapping[str, Any]]) -> str:
+    """'<where each rank was, and the likely cause>; every rank's stack: <files>' for a job whose nodes took stacks
+    before it was stopped (stack_groups.py: on a hang, or on a stop that asked for them), else ''."""
     said = stack_groups.verdict(results)
     if said is None:
         return ""
     files = [os.path.join(os.path.dirname(str(r["log"])), "%s.stacks.txt" % r.get("host")) for r in results
              if r.get("log") and isinstance(r.get("stacks"), Mapping) and r["stacks"].get("file")]
-    return "; %s%s" % (said, "; every rank's stack: %s" % ", ".join(files) if files else "")
+    return "%s%s" % (said, "; every rank's stack: %s" % ", ".join(files) if files else "")
 
 
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
@@ -166,8 +166,10 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if cause is None:
         return None
     if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
+        stuck = where_ranks_were(results)
         return "job %s hung and was stopped on every node: %s%s." % (
-            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds", _where_stuck(results))
+            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds",
+            "; " + stuck if stuck else "")
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")

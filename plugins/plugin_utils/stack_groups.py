@@ -60,8 +60,8 @@ def _stacked(results: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[tuple
 
 
 def verdict(results: Sequence[Mapping[str, Any]]) -> str | None:
-    """Where the ranks were when the job was found hung, and which rank is the likely cause; None when no node took
-    stacks (they are taken on a hang only)."""
+    """Where the ranks were when the job was found hung (or stopped with stacks asked for), and which rank is the
+    likely cause; None when no node took stacks."""
     if not any(isinstance(r.get("stacks"), Mapping) for r in results):
         return None
     places, missing = _stacked(results)

@@ -2,8 +2,11 @@
 (node2's first) stalls in load_next_batch while the five others wait for it in all_reduce; the hang watchdog stops the
 job, and before it does each node's supervisor reads its ranks' stacks with the nodes' py-spy (python_env's pinned
 one). Checked: the play's message names rank 4, node2 and the frame; every rank's stack is fetched into logs/<job>/
-with its own frame; a node without py-spy says so and the rest works. Not checked: NCCL (no GPU here: the ranks
-wait in gloo's all_reduce, the same Python frame NCCL's would be)."""
+with its own frame; a node without py-spy says so and the rest works. The ranks also keep the file PyTorch's flight
+recorder would dump (faulty_train.py --flight-recorder: a stand-in in torch 2.13's format): checked that every
+node's dumps are fetched and that the report names rank 4 as the rank behind the all_reduce the others wait in,
+by gpufleet's reading and by torch's own analyser (the controller's torch). Not checked: NCCL (no GPU here: the
+ranks wait in gloo's all_reduce, the same Python frame NCCL's would be; the dumps are the stand-in's, not NCCL's)."""
 
 import os
 import re
@@ -22,6 +25,7 @@ def line_of(text):
         return next(number for number, line in enumerate(handle, 1) if text in line)
 
 
+RECORDED = line_of("recorder.entering(")  # where the flight recorder's stand-in saw the all_reduce called
 STALLED = "load_next_batch (faulty_train.py:%d)" % line_of("time.sleep(stall_s)")
 WAITING = "all_reduce (faulty_train.py:%d)" % line_of("dist.all_reduce(total)")
 
@@ -33,7 +37,7 @@ def _cluster_ready(provisioned):
 
 def hang(cluster, job):
     run = train(cluster, job, "-e", "hang_timeout=8", nproc=2,
-                script_args="--steps 400 --step-s 0.1 --stall-rank 4 --stall-step 6")
+                script_args="--steps 400 --step-s 0.1 --stall-rank 4 --stall-step 6 --flight-recorder")
     done = run.finish()
     for node in cluster.nodes:
         cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
@@ -82,6 +86,14 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
         assert said[-1].startswith("this node's part ended: %s (node_rank %d) " % (node, cluster.nodes.index(node)))
     assert any(re.search(r"  node2  rank 4 \(local rank 0, pid \d+\) ended$", line) for line in timeline), timeline
     assert "Every node's events in time order: %s" % os.path.join(logs, "events.log") in done.out
+    # The flight recorder's dumps, one per rank, fetched from each node and read on the controller.
+    assert sorted(os.listdir(os.path.join(logs, "flight_recorder"))) == ["fr_trace.txt"] + ["rank_%d" % r for r in range(6)]
+    said = ("PyTorch's flight recorder: ranks 0–3, 5 wait in nccl:all_reduce #7 of process group default_pg at "
+            "all_reduce (faulty_train.py:%d); rank 4 never entered it (rank 4's last: #6, completed): the likely cause; "
+            "torch's analyser: Not all ranks joining collective, sequence number: 7; group info: 0:default_pg; "
+            "collective: nccl:all_reduce; missing ranks: {4} (" % RECORDED)
+    assert re.search(re.escape(said) + r"\S*logs/%s/flight_recorder/fr_trace\.txt\) \(6 dumps in \S*logs/%s/"
+                     r"flight_recorder\)" % (job, job), out), out[-3000:]
 
 def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
     job = "hang-nospy"

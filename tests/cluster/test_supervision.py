@@ -151,10 +151,12 @@ def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster)
     before = probe_all(cluster, keep)
     files_before = cluster.node_exec("node0", "ls", "-l", "--time-style=+%s", "/root/.gpufleet/jobs/%s" % keep,
                                      check=True).stdout
-    stopped = cluster.playbook("stop.yml", "-e", "job=%s" % stop)
+    # With every rank's stack taken first (py-spy reads the stopped job's ranks only).
+    stopped = cluster.playbook("stop.yml", "-e", "job=%s" % stop, "-e", "dump_stacks=true")
     assert stopped.rc == 0
     # The logs land under logs/ where ansible-playbook runs (cwd is the cluster's state folder), not in playbooks/.
     assert set(logs_fetched(cluster, stop)) == set(cluster.nodes)
+    stacks_fetched(cluster, stop, stopped.out)
     assert not os.path.exists(os.path.join(testbed.REPO, "playbooks", "logs", stop))
     assert all(not found["processes"] for found in probe_all(cluster, stop).values())
     after = probe_all(cluster, keep)
@@ -173,17 +175,34 @@ def test_two_jobs_side_by_side_stopping_one_leaves_the_other_to_succeed(cluster)
     assert all(found["state"]["state"] == "stopped" for found in probe_all(cluster, stop).values())
 
 
+def stacks_fetched(cluster, job, out):
+    """Every node's stacks.txt, taken before the stop that asked for them, is fetched and holds its rank in
+    faulty_train.py; the report says where the ranks were, naming the files."""
+    logs = os.path.join(cluster.state, "logs", job)
+    for rank, node in enumerate(cluster.nodes):
+        with open(os.path.join(logs, "%s.stacks.txt" % node)) as handle:
+            stacks = handle.read()
+        assert re.search(r"^=== %s rank %d \(local rank 0, pid \d+\) ===$" % (node, rank), stacks, re.M), stacks
+        assert "faulty_train.py:" in stacks, stacks
+    said = " ".join(out.split())
+    assert re.search(r"Where each rank was when the job was stopped: .*rank.* in \S+ \(faulty_train\.py:\d+\).*"
+                     r"every rank's stack: \S*/node0\.stacks\.txt, \S*/node1\.stacks\.txt, \S*/node2\.stacks\.txt",
+                     said), said[-3000:]
+
+
 def test_ctrl_c_on_an_attached_run_stops_the_job_everywhere_and_fetches_logs(cluster):
+    """With -e dump_stacks=true: every rank's stack is taken before the stop, which the bound includes."""
     job = "sup-ctrl-c"
-    run = train(cluster, job)
+    run = train(cluster, job, "-e", "dump_stacks=true")
     wait_training(cluster, job, run=run)
     pressed_at = time.time()
     os.killpg(run.proc.pid, signal.SIGINT)  # what a terminal sends to its foreground job
-    report_bound("Ctrl-C -> nothing left on any node", wait_gone(cluster, job) - pressed_at, 10)
+    report_bound("Ctrl-C (stacks taken first) -> nothing left on any node", wait_gone(cluster, job) - pressed_at, 10)
     done = run.finish()
     assert done.rc != 0
     assert "job sup-ctrl-c was interrupted on the controller (Ctrl-C) and stopped on every node" in done.out
     assert set(logs_fetched(cluster, job)) == set(cluster.nodes)
+    stacks_fetched(cluster, job, done.out)
 
 
 def test_a_node_whose_container_stops_mid_training_attached(cluster):

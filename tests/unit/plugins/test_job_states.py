@@ -106,11 +106,13 @@ def test_the_job_roles_jobs_folder_default_is_the_supervisions():
 def test_a_stop_request_carries_its_reason_and_the_node_it_is_for():
     from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import read_stop_request, stop_request
     assert read_stop_request(stop_request("stopped by gpufleet: node0 failed", "node0")) == (
-        "stopped by gpufleet: node0 failed", "node0")
-    assert read_stop_request(stop_request("stopped from the stop playbook")) == ("stopped from the stop playbook", None)
-    assert read_stop_request(stop_request("two\nlines")) == ("two lines", None)  # a reason cannot forge the second
-    assert read_stop_request("stopped by request\n") == ("stopped by request", None)  # as older versions wrote it
-    assert read_stop_request("") == ("", None)
+        "stopped by gpufleet: node0 failed", "node0", False)
+    assert read_stop_request(stop_request("stopped from the stop playbook")) == ("stopped from the stop playbook", None, False)
+    assert read_stop_request(stop_request("stopped", stacks=True)) == ("stopped", None, True)
+    assert read_stop_request(stop_request("two\nlines")) == ("two lines", None, False)  # a reason cannot forge the second
+    assert read_stop_request(stop_request("x\nstacks=yes")) == ("x stacks=yes", None, False)  # nor ask for stacks
+    assert read_stop_request("stopped by request\n") == ("stopped by request", None, False)  # as older versions wrote it
+    assert read_stop_request("") == ("", None, False)
 
 
 def test_a_parts_outcome_is_typed_and_reads_back_as_state_json_keeps_it():

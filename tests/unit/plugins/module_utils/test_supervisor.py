@@ -225,6 +225,25 @@ def test_a_hung_job_s_ranks_stacks_are_taken_on_every_node_before_they_stop(gang
     wait_for(lambda: not g.processes())
 
 
+def test_a_stop_that_asks_for_stacks_takes_them_on_every_node_though_asked_on_one(gang):
+    """stop.yml -e dump_stacks=true on one node (as when its stop comes first): that node reads its rank, tells the
+    other in its heartbeat, which reads its own before its rank is stopped; a stop without stacks takes none (the
+    teardowns of the other tests)."""
+    g = gang([stuck_in("waiting_in_collective"), stuck_in("loading_data")])
+    wait_for(lambda: all("started" in open(g.status(r)["log_path"]).read() for r in (0, 1)), timeout=30)
+    stopped = jobs.stop(g.paths[0], "where is it stuck?", check_mode=False, stacks=True)
+    assert stopped["state"] == "stopped", stopped
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["stopped", "stopped"], ended
+    assert ended[0]["stop_reason"] == "where is it stuck?" and ended[1]["stopped_for"] == "n0"
+    for rank, function in enumerate(("waiting_in_collective", "loading_data")):
+        assert ended[rank]["stacks"]["ranks"], (rank, ended[rank]["stacks"], ended[rank]["events"])
+        frames = ended[rank]["stacks"]["ranks"][0]["frames"]
+        assert frames[0][:1] + frames[0][2:] == [function, 3], ended[rank]["stacks"]
+        assert "    %s (<string>:3)" % function in open(os.path.join(g.paths[rank], "stacks.txt")).read()
+    wait_for(lambda: not g.processes())
+
+
 def test_output_on_one_node_keeps_the_job_from_counting_as_hung(gang):
     g = gang([QUIET_FOREVER, FOREVER], hang_timeout_s=1)
     time.sleep(3)
