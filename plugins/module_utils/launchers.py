@@ -29,6 +29,7 @@ import re
 import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY
+from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RANK_OUTPUT_DIR
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 HOSTFILE = "hostfile"
@@ -159,9 +160,11 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
         return ["--master-port=@MASTER_PORT@" if part == port else part
                 for part in torchrun_command(spec, os.path.join(job_dir, "torchelastic"))]
     if spec.launcher == "deepspeed":
+        # Each rank's output into a file of its own, which the supervisor copies, tagged, into the log (rank_output.py).
         return [spec.python, "-m", "deepspeed.launcher.runner", "--hostfile=%s" % os.path.join(job_dir, HOSTFILE),
                 "--no_ssh", "--node_rank=%d" % spec.node_rank, "--master_addr=%s" % spec.master_addr,
-                "--master_port=@MASTER_PORT@"] + script
+                "--master_port=@MASTER_PORT@", "--enable_each_rank_log=%s" % os.path.join(job_dir, RANK_OUTPUT_DIR)
+                ] + script
     if spec.launcher == "mpirun":
         exports = []
         for name in env_names:

@@ -28,11 +28,8 @@ the node, and the master port and the relaunch ports come from ``GPUFLEET_PORTS`
 allocation started (``supervisor.py --pick-ports N`` prints them).
 
 Processes are only ever signalled by PID after checking they carry this run's token: never by name or pattern.
-Standard library only, Python 3.8+.
-
-This file is the loop over attempts and the gang's verdict; one attempt (the launcher's process, a stop's grace
-period and SIGKILL) is attempt.py, the rules of fail-fast (why a node's part stops, how an attempt ended for the
-gang) gang_rules.py, the heartbeats gang.py, the run's processes and ranks job_processes.py.
+Standard library only, Python 3.8+. This file is the loop over attempts and the gang's verdict; one attempt is
+attempt.py, the rules of fail-fast gang_rules.py, the heartbeats gang.py, the run's processes job_processes.py.
 """
 
 from __future__ import annotations
@@ -50,6 +47,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang,
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_events import Events
+from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S, StackDump, stacks_said
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
     attempt_verdict, failure_reason, hang_reason, lost_reason, no_restart_for, peer_done, stacks_read)
@@ -129,6 +127,7 @@ class Supervisor:
         self.gpu_failure: StopReason | None = None
         self.telling: dict = {}  # what the others hear while this part ends (a GPU fault, a hang)
         self.stacks_taken = False
+        self.rank_output = RankOutput(job_dir, os.path.join(job_dir, LOG_FILE), spec)  # DeepSpeed's ranks' files
         self.state.update(self.runtime.state_fields(spec))
         self.state.update(scheduler.state_fields(dict(os.environ)))
 
@@ -180,6 +179,7 @@ class Supervisor:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
         self._beat(phase)
         self.gang.receive(timeout_s, extra=self.ranks.fds(), on_extra=self.ranks.exited)
+        self.rank_output.follow()
         try:
             size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
         except OSError:
@@ -332,6 +332,7 @@ class Supervisor:
             self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
+            self.rank_output.follow(final=True)
             if self.gpu_failure is not None:
                 self.ended = dataclasses.replace(self.ended, hardware_fault=True)
             self.state["attempts"].append(self.ended.as_dict())

@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     job_events,
     job_processes,
     job_states,
+    rank_output,
     rank_stacks,
     runtimes,
     schedulers,
@@ -36,7 +37,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
 )
 
 PARTS = (job_states, job_events, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
-         gpu_health, gpu_watch, rank_stacks, attempt, supervisor)
+         gpu_health, gpu_watch, rank_output, rank_stacks, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

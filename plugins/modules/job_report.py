@@ -91,8 +91,8 @@ events_log:
 rank_logs:
   description:
     - With O(logs_dir), the files C(<logs_dir>/ranks/rank<N>.log) written from the fetched logs, one per rank, each
-      with that rank's tagged lines, the tag removed (torchrun and mpirun tag their ranks' lines; DeepSpeed's launcher
-      does not, so its jobs get none).
+      with that rank's tagged lines, the tag removed (torchrun and mpirun tag their ranks' lines; under DeepSpeed the
+      node's supervisor does, from each rank's own output file).
   returned: always
   type: list
   elements: str

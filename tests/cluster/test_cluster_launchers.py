@@ -91,14 +91,20 @@ def test_mpirun_a_failing_rank_fails_the_job_and_leaves_nothing(cluster):
     assert not any(found["processes"] for found in probe_all(cluster, "ds-mpirun-fail").values())
 
 
-def test_deepspeed_runs_each_nodes_part_with_gpufleets_node_rank(cluster):
+def test_deepspeed_runs_each_nodes_part_with_gpufleets_node_rank_and_its_ranks_lines_are_tagged(cluster):
     run = train(cluster, "ds-deepspeed", "deepspeed")
     assert run.rc == 0, run.out[-4000:]
     for node_rank, node in enumerate(cluster.nodes):
         lines = ok_lines(node_log(cluster, "ds-deepspeed", node))
         assert lines == [(2 * node_rank + local, 6, node_rank, local) for local in (0, 1)], lines
-        # DeepSpeed's launcher can tag nothing: its only option sends a rank's output away from the node's log.
-        assert {tag for tag, _rank in tags(node_log(cluster, "ds-deepspeed", node))} == {None}
+        # Each rank's file (DeepSpeed's --enable_each_rank_log) copied into the node's log by the supervisor, tagged.
+        assert tags(node_log(cluster, "ds-deepspeed", node)) == [(2 * node_rank + local,) * 2 for local in (0, 1)]
+        for local in (0, 1):
+            rank = 2 * node_rank + local
+            assert "[rank%d|%d]: ok rank %d of 6 on node %d local %d" % (rank, local, rank, node_rank, local) in \
+                node_log(cluster, "ds-deepspeed", node)
+            assert rank_file_ok_lines(cluster, "ds-deepspeed", rank) == [
+                "ok rank %d of 6 on node %d local %d sum 21" % (rank, node_rank, local)]
 
 
 def test_a_platform_script_reading_only_mlp_variables_runs_unchanged(cluster):

@@ -64,19 +64,20 @@ def test_torchrun_and_deepspeed_run_on_every_node_with_its_rank():
     deepspeed = launchers.command(spec(rank=2, launcher="deepspeed"), "/jobs/llm", [])
     assert deepspeed == ["/opt/venv/bin/python", "-m", "deepspeed.launcher.runner", "--hostfile=/jobs/llm/hostfile",
                          "--no_ssh", "--node_rank=2", "--master_addr=192.0.2.10", "--master_port=@MASTER_PORT@",
-                         "train.py", "--epochs", "2"]
+                         "--enable_each_rank_log=/jobs/llm/rank_output", "train.py", "--epochs", "2"]
 
 
 def test_each_rank_s_lines_are_tagged_where_the_launcher_can_tag_them():
     """torchrun tees each worker's output into the node's log with the prefix torch_prelude sets; mpirun tags with
-    its own --tag-output. deepspeed's launcher can only send a rank's output to a file of its own instead of the
-    node's log (--enable_each_rank_log), which would blind the hang watchdog: its lines stay untagged."""
+    its own --tag-output. deepspeed's launcher can only send a rank's output to a file of its own (its
+    --enable_each_rank_log), into the job folder's rank_output/, which the supervisor copies into the node's log
+    tagged (test_rank_output.py)."""
     torchrun = launchers.command(spec(rank=1), "/jobs/llm", [])
     assert torchrun[torchrun.index("--log-dir=/jobs/llm/torchelastic") + 1] == "--tee=3"
     assert "--tee=3" not in launchers.torchrun_command(spec(rank=1))  # exported commands print as torchrun does
     assert "--tag-output" in launchers.command(spec(rank=0, launcher="mpirun"), "/jobs/llm", [])
-    assert not any("tee" in part or "tag" in part or "each_rank" in part
-                   for part in launchers.command(spec(rank=0, launcher="deepspeed"), "/jobs/llm", []))
+    assert "--enable_each_rank_log=/jobs/llm/rank_output" in launchers.command(spec(rank=0, launcher="deepspeed"),
+                                                                              "/jobs/llm", [])
 
 
 def run_prelude(launcher, job_dir, env):
