@@ -63,6 +63,9 @@ class ActionModule(ActionBase):
         events_log = _write_timeline(str(args["logs_dir"]), results) if args.get("logs_dir") else ""
         if events_log:
             display.display("Every node's events in time order: %s" % events_log)
+        restarts = report.restarts_said(results)
+        if restarts:
+            display.display("Restarts: %s" % restarts)
         message = report.failure_message(job, results)
         recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
         if recorder["said"]:

@@ -165,10 +165,18 @@ options:
         default: 120
       max_restarts:
         description:
-          - After a failure, launch the whole gang again, up to this many times, on the next port of
-            O(supervision.restart_ports) each time. Not after a stop, a hang or a lost node.
+          - After a failure or a hang, launch the whole gang again, up to this many times, on the next port of
+            O(supervision.restart_ports) each time, with C(GPUFLEET_ATTEMPT) and C(GPUFLEET_RESTART_REASON) (why)
+            in the ranks' environment. Not after a stop, a lost node or a hardware fault of a GPU.
         type: int
         default: 0
+      min_progress_s:
+        description:
+          - A restart that fails the same way as the attempt before it (the same nodes failing with the same exit
+            code or signal, the same hardware fault, or a hang again) within this many seconds of its start made
+            no progress, and the restarts stop there, restarts remaining or not. 0 turns this off.
+        type: float
+        default: 300
       restart_ports:
         description: Master ports of the relaunches, in order; as many as O(supervision.max_restarts).
         type: list

@@ -56,6 +56,7 @@ class AttemptHost(Protocol):
     token: str
     grace_s: float
     attempt: int
+    restart_reason: str
     gang: Gang | LoneNode
     ranks: RankWatch
     runtime: HostRuntime
@@ -91,6 +92,7 @@ class Attempt:
         env[TOKEN_VAR] = node.token
         env["GPUFLEET_MASTER_PORT"] = str(self.port)
         env["GPUFLEET_ATTEMPT"] = str(node.attempt)
+        env["GPUFLEET_RESTART_REASON"] = node.restart_reason  # why this attempt is a restart; empty in the first
         with open(os.path.join(node.job_dir, LOG_FILE), "ab", buffering=0) as log:
             return subprocess.Popen(  # pylint: disable=consider-using-with
                 ["/bin/bash", os.path.join(node.job_dir, LAUNCH_FILE)],

@@ -161,10 +161,11 @@ class Gang:
         heard = self.heard.get(rank, self.started)
         return time.time() - (self.clock() - heard)
 
-    def silence_s(self, rank: int) -> float | None:
-        """How long peer rank's log has been silent, as of now, from its last heartbeat; None if unknown."""
+    def silence_s(self, rank: int, attempt: int) -> float | None:
+        """How long peer rank's log has been silent in this attempt, as of now, from its last heartbeat; None if
+        unknown (or its news is of another attempt)."""
         news, heard = self.news.get(rank), self.heard.get(rank)
-        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)):
+        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)) or news.get("attempt") != attempt:
             return None
         return float(news["silent_s"]) + (self.clock() - heard)
 
@@ -206,11 +207,20 @@ class LoneNode:
     def last_heard_wall(self, rank: int) -> float:
         raise KeyError("a lone node has no peer %d" % rank)
 
-    def silence_s(self, rank: int) -> float | None:
+    def silence_s(self, rank: int, attempt: int) -> float | None:
         return None
 
     def close(self) -> None:
         pass
+
+
+def lost_at(gang: Gang | LoneNode, ranks: list[int], known: dict | None) -> dict:
+    """known ({host: when last heard}), with when each of ranks was last heard (wall clock) where not known yet: the
+    report orders failures by it."""
+    lost = dict(known or {})
+    for rank in ranks:
+        lost.setdefault(gang.host(rank), round(gang.last_heard_wall(rank), 3))
+    return lost
 
 
 def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:

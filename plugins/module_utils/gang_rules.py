@@ -12,6 +12,9 @@ silent for hang_timeout_s. Shipped to the nodes as part of the supervisor; stand
 
 from __future__ import annotations
 
+import collections
+from typing import Callable
+
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
     STOPPED_FOR,
@@ -100,6 +103,41 @@ def no_restart_for(parts: list[dict]) -> str | None:
     return None
 
 
+# Why a restart happens, and when restarting is no use: the same failure again soon after a restart.
+RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason", "signature"))
+
+
+def _failed_on_its_own(parts: list[dict]) -> list[dict]:
+    """The parts that failed or hung by themselves (not stopped for another node's failure), by node rank."""
+    return sorted((p for p in parts if p.get("outcome") in (JobState.FAILED, JobState.HUNG) and not p.get(STOPPED_FOR)),
+                  key=lambda p: int(p.get("rank", 0)))
+
+
+def failure_signature(parts: list[dict]) -> tuple:
+    """What failed, alike on every node that heard the same parts: each part that failed by itself, by node rank,
+    with its outcome and exit code or signal (a hang: the outcome alone; a hardware fault: its reason)."""
+    return tuple((int(p.get("rank", -1)), str(p.get("outcome")),
+                  None if p.get("outcome") == JobState.HUNG else (p.get("signal") or p.get("exit_code")),
+                  p.get("reason") if p.get("hardware_fault") else None) for p in _failed_on_its_own(parts))
+
+
+def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
+                     min_progress_s: float) -> RestartDecision:
+    """Whether a failed attempt is launched again (restarts remaining): not after a hardware fault (no_restart_for),
+    nor when it failed the same way as the attempt before within min_progress_s of its start; with why it failed,
+    for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
+    failed = _failed_on_its_own(parts)
+    first = failed[0] if failed else parts[0]
+    rank = int(first.get("rank", 0))
+    reason = str(first.get("reason")) if first.get("outcome") == JobState.HUNG else describe(host_of(rank), rank, first)
+    signature = failure_signature(parts)
+    refused = no_restart_for(parts)
+    if refused is None and earlier == signature and ran_s < min_progress_s:
+        refused = ("not restarting: the same failure twice within %g s of a restart (min_progress_s): %s"
+                   % (min_progress_s, reason))
+    return RestartDecision(refused, reason, signature)
+
+
 def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:
     """Whether every peer has read its ranks' stacks on a hang (its heartbeat says so), or has ended, or is lost:
     only then may this node stop its own ranks (rank_stacks.py)."""
@@ -112,12 +150,9 @@ def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:
 
 def attempt_verdict(parts: list[dict], stop_requested: bool) -> str:
     """How an attempt ended for the gang, from every node's part: 'succeeded' (every part succeeded), 'stopped'
-    (stopped by a user, or hung: no restart) or 'failed' (a part failed: a restart may help)."""
+    (stopped by a user: no restart) or 'failed' (a part failed or the job hung: a restart may help)."""
     if all(part.get("outcome") == JobState.SUCCEEDED for part in parts):
         return JobState.SUCCEEDED
-    if stop_requested or any(
-        part.get("outcome") == JobState.HUNG or (part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR))
-        for part in parts
-    ):
+    if stop_requested or any(part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR) for part in parts):
         return JobState.STOPPED
     return JobState.FAILED

@@ -52,6 +52,8 @@ class JobSpec:
     # Launches of the whole gang again after a failure, each on the next of restart_ports.
     max_restarts: int = 0
     restart_ports: tuple[int, ...] = ()
+    # A restart that fails the same way within this many seconds of its start stops the restarts (gang_rules.py).
+    min_progress_s: float = Defaults.MIN_PROGRESS_S
     # torchrun, deepspeed, mpirun, horovodrun or none (see launchers.py).
     launcher: str = "torchrun"
     # Ranks on each node, in rank order (the hostfile's slots and the rank manifest's ranges).

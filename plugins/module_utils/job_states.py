@@ -153,6 +153,10 @@ class Defaults:
     # Before a node's first output of an attempt (imports, data loading, rendezvous), its silence counts towards
     # the hang watchdog only past this many seconds.
     HANG_STARTUP_S = 120.0
+    # A restart that fails the same way within this many seconds of its start made no progress: no more restarts.
+    # Five minutes: more than a restart's own start (imports, rendezvous, a checkpoint's load; HANG_STARTUP_S allows
+    # two) and the ~90 s cycles of a job failing the same way at once, well under the hours a restart should win.
+    MIN_PROGRESS_S = 300.0
     # Seconds between two samples of a node's GPUs while the job runs (gpu_watch.py); 0 samples nothing.
     GPU_SAMPLE_S = 10.0
 

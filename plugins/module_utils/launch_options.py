@@ -43,6 +43,7 @@ GROUPS: dict[str, dict] = {
         "hang_timeout_s": {"type": "int", "default": 0},
         "hang_startup_s": {"type": "float", "default": Defaults.HANG_STARTUP_S},
         "max_restarts": {"type": "int", "default": 0},
+        "min_progress_s": {"type": "float", "default": Defaults.MIN_PROGRESS_S},
         "restart_ports": {"type": "list", "elements": "int", "default": []},
     },
     "health": {
@@ -147,6 +148,8 @@ def _basic_problem(values: dict) -> str:
         return "iface: %r is not a network interface name" % values["iface"]
     if values["max_restarts"] < 0:
         return "supervision.max_restarts: must be 0 or more, got %d" % values["max_restarts"]
+    if values["min_progress_s"] < 0:
+        return "supervision.min_progress_s: must be 0 or more seconds, got %g" % values["min_progress_s"]
     if values["hang_timeout_s"] < 0:
         return "supervision.hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % values["hang_timeout_s"]
     return ""

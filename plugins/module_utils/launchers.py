@@ -140,7 +140,8 @@ def rank_starts(spec) -> str:
 
 def exported_names(env: dict[str, str]) -> list[str]:
     """The variables mpirun must pass to the ranks on other nodes (its -x list)."""
-    names = set(env) | {"GPUFLEET_RUN_ID", "GPUFLEET_RANK_STARTS", "GPUFLEET_JOB", "GPUFLEET_ATTEMPT", "PATH",
+    names = set(env) | {"GPUFLEET_RUN_ID", "GPUFLEET_RANK_STARTS", "GPUFLEET_JOB", "GPUFLEET_ATTEMPT",
+                        "GPUFLEET_RESTART_REASON", "PATH",
                         "PYTHONUNBUFFERED"} | {name for name, _older, _value in FLIGHT_RECORDER}
     return sorted(names)
 

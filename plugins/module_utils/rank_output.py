@@ -42,7 +42,7 @@ class RankOutput:
         self.folder = os.path.join(job_dir, RANK_OUTPUT_DIR)
         self.log_path = log_path
         self.first = first_rank(spec)
-        self.read = {name: size for name, size in self._files().items()}  # an earlier run's: not copied
+        self.read = dict(self._files())  # an earlier run's: not copied
         self.partial: dict[str, bytes] = {}
 
     def _files(self) -> dict[str, int]:

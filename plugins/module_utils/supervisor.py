@@ -11,17 +11,14 @@ supervisor.py JOB_DIR``. It then:
   in its environment: the launch's run id and this node's rank, unique to this node's part of this run (two nodes of
   one job may share a machine). torchrun puts each worker in a session of its own, so the token, not the process
   group, is what identifies every process of the run;
-- stops the run on SIGTERM/SIGINT/SIGHUP: SIGTERM to the run's processes, a grace period, then SIGKILL to whatever of
-  the run is left;
-- after the launcher exits, by itself or stopped, ends any process of the run that is still there, so nothing is
-  orphaned;
-- records state, exit code or signal and timestamps in ``state.json`` and the exit code in ``exit_code``;
+- stops the run on SIGTERM/SIGINT/SIGHUP (SIGTERM, a grace period, SIGKILL), and after the launcher exits ends any
+  process of the run still there, so nothing is orphaned; records its state in ``state.json`` and ``exit_code``;
 - takes part in the gang (when the spec lists the job's nodes): it sends an authenticated UDP heartbeat to every other
   node's supervisor each ``heartbeat_s`` and stops its own node's part when another node's part failed, or when
   another node has been silent for ``heartbeat_misses`` heartbeats. No controller is needed for that, so a detached
   job fails fast too. The same heartbeats carry how long each node's log has been silent, for the hang watchdog
   (``hang_timeout_s``), and which attempt each node is in, so that with ``max_restarts`` the whole gang is launched
-  again together, on the next of ``restart_ports``.
+  again together (after a failure or a hang; gang_rules.restart_decision), on the next of ``restart_ports``.
 
 Under Slurm (scheduler=slurm; module_utils/slurm_jobs.py) srun starts it in the foreground, as the step's task on
 the node, and the master port and the relaunch ports come from ``GPUFLEET_PORTS``, chosen on node 0 when the
@@ -43,14 +40,14 @@ import time
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
 from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, lost_at
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_events import Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S, StackDump, stacks_said
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
-    attempt_verdict, failure_reason, hang_reason, lost_reason, no_restart_for, peer_done, stacks_read)
+    attempt_verdict, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
@@ -98,6 +95,9 @@ class Supervisor:
         self.ports = scheduler.ports(spec, dict(os.environ))
         spec["master_port"] = self.ports[0]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
+        self.min_progress_s = float(spec.get("min_progress_s", Defaults.MIN_PROGRESS_S))
+        self.restart_reason = ""  # why this attempt is a restart (GPUFLEET_RESTART_REASON)
+        self.last_failure: tuple | None = None  # the last failure's mark: the same again soon stops the restarts
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.stop_stacks = False  # whether the stop request asks for every rank's stack first
@@ -240,23 +240,17 @@ class Supervisor:
             return failure
         lost = self.gang.lost()
         if lost:
-            self._note_lost(lost)
+            self.save(peers_lost=lost_at(self.gang, lost, self.state.get("peers_lost")))
             return lost_reason(self.gang, lost)
         if self.hang_timeout_s:
-            silences = [self._silence_s()] + [self.gang.silence_s(rank) for rank in self.gang.peers()]
+            silences = [self._silence_s()] + [self.gang.silence_s(rank, self.attempt) for rank in self.gang.peers()]
             return hang_reason(silences, self.hang_timeout_s)
         return None
-
-    def _note_lost(self, ranks: list[int]) -> None:
-        """Record when each lost peer was last heard (wall clock): the report orders failures by it."""
-        lost = dict(self.state.get("peers_lost") or {})
-        for rank in ranks:
-            lost.setdefault(self.gang.host(rank), round(self.gang.last_heard_wall(rank), 3))
-        self.save(peers_lost=lost)
 
     # -- one attempt (attempt.py runs it) -----------------------------------------------------------------------
 
     def begin_attempt(self) -> None:
+        self.telling, self.stacks_taken = {}, False  # what the others heard while the last attempt ended
         self.last_output = self.attempt_started = time.monotonic()
         self.ranks.begin(self.attempt_started)
         try:
@@ -272,10 +266,10 @@ class Supervisor:
         """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang,
         with every node's part as heard.
 
-        'succeeded' (every part succeeded), 'failed' (a part failed: a restart may help), 'stopped' (stopped
-        by a user, or hung: no restart) or 'lost' (a node stopped answering: no restart either).
+        'succeeded' (every part succeeded), 'failed' (a part failed or the job hung: a restart may help), 'stopped'
+        (stopped by a user: no restart) or 'lost' (a node stopped answering: no restart either).
         """
-        parts = [self.ended.as_dict()]
+        parts = [dict(self.ended.as_dict(), rank=self.node_rank)]
         if self.gang.peers():
             self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
@@ -290,26 +284,32 @@ class Supervisor:
                     break
                 lost = [rank for rank in pending if rank in self.gang.lost()]
                 if lost:
-                    self._note_lost(lost)
+                    self.save(peers_lost=lost_at(self.gang, lost, self.state.get("peers_lost")))
                     return JobState.LOST, parts
                 self.tick(HeartbeatPhase.ENDED)
             for rank in self.gang.peers():
                 news = self.gang.news.get(rank) or {}
-                parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED})
+                parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED, "rank": rank})
         return attempt_verdict(parts, self.stop_reason is not None), parts
 
     def _may_restart(self) -> bool:
         return self.attempt <= self.max_restarts and self.stop_reason is None
 
     def _restart(self, gang: str, parts: list[dict]) -> bool:
-        """Whether the gang launches again; a restart refused for a hardware fault is said in the log and state.json."""
+        """Whether the gang launches again, and why (gang_rules.restart_decision); a restart refused (a hardware
+        fault; the same failure again soon after a restart) is said in the log and state.json."""
         if gang != JobState.FAILED or not self._may_restart():
             return False
-        refused = no_restart_for(parts)
-        if refused is not None:
-            self.log(refused)
-            self.save(no_restart=refused)
-        return refused is None
+        decision = restart_decision(parts, lambda rank: self.host if rank == self.node_rank else self.gang.host(rank),
+                                    self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s)
+        self.last_failure, self.restart_reason = decision.signature, decision.reason
+        if decision.refused:
+            self.log(decision.refused)
+            self.save(no_restart=decision.refused)
+            return False
+        self.log("restarting after: %s" % decision.reason)
+        self.save(restarts=self.state.get("restarts", []) + [decision.reason])
+        return True
 
     # -- the whole run ------------------------------------------------------------------------------------------
 

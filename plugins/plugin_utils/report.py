@@ -146,6 +146,13 @@ def _launcher(result: Mapping[str, Any]) -> str:
     return "the launcher"
 
 
+def restarts_said(results: Sequence[Mapping[str, Any]]) -> str:
+    """'attempt 2 after: <why>; attempt 3 after: <why>' from the first node that recorded its restarts (every node
+    decides them alike, from the same heartbeats), else ''."""
+    restarts = next((r["restarts"] for r in results if r.get("restarts")), [])
+    return "; ".join("attempt %d after: %s" % (number, why) for number, why in enumerate(restarts, 2))
+
+
 def where_ranks_were(results: Sequence[Mapping[str, Any]]) -> str:
     """'<where each rank was, and the likely cause>; every rank's stack: <files>' for a job whose nodes took stacks
     before it was stopped (stack_groups.py: on a hang, or on a stop that asked for them), else ''."""
@@ -167,9 +174,9 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
         return None
     if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
         stuck = where_ranks_were(results)
-        return "job %s hung and was stopped on every node: %s%s." % (
+        return "job %s hung and was stopped on every node: %s%s%s." % (
             job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds",
-            "; " + stuck if stuck else "")
+            "; " + stuck if stuck else "", "; " + cause["no_restart"] if cause.get("no_restart") else "")
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")

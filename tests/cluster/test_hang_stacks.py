@@ -35,8 +35,8 @@ def _cluster_ready(provisioned):
     return provisioned
 
 
-def hang(cluster, job):
-    run = train(cluster, job, "-e", "hang_timeout=8", nproc=2,
+def hang(cluster, job, *extra):
+    run = train(cluster, job, "-e", "hang_timeout=8", *extra, nproc=2,
                 script_args="--steps 400 --step-s 0.1 --stall-rank 4 --stall-step 6 --flight-recorder")
     done = run.finish()
     for node in cluster.nodes:
@@ -96,10 +96,12 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
                      r"flight_recorder\)" % (job, job), out), out[-3000:]
 
 def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
+    """With max_restarts=2 too: the hang restarts the gang once (resuming from step 5's checkpoint), rank 4 stalls
+    again at step 6 at once, and the second restart is not used (the same failure within min_progress_s)."""
     job = "hang-nospy"
     cluster.node_exec("node1", "mv", VENV_PY_SPY, VENV_PY_SPY + ".away", check=True)
     try:
-        done, out = hang(cluster, job)
+        done, out = hang(cluster, job, "-e", "max_restarts=2")
     finally:
         cluster.node_exec("node1", "mv", VENV_PY_SPY + ".away", VENV_PY_SPY, check=True)
     assert ("ranks 0, 1, 5 in %s, rank 4 in %s: rank 4 on node2 is the likely cause; no stacks from node1: py-spy is "
@@ -108,6 +110,18 @@ def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_work
     logs = os.path.join(cluster.state, "logs", job)
     assert not os.path.exists(os.path.join(logs, "node1.stacks.txt"))
     assert sorted(rank_sections(os.path.join(logs, "node2.stacks.txt"))) == [4, 5]
-    for node in cluster.nodes:  # the logs and the report as ever
-        assert os.path.getsize(os.path.join(logs, "%s.log" % node)) > 0
-        assert re.search(r"^%s +\d +hung" % node, done.out, re.M), done.out[-3000:]
+    for node in cluster.nodes:  # the logs and the report as ever; two attempts, then no more
+        with open(os.path.join(logs, "%s.log" % node)) as handle:
+            log = handle.read()
+        assert re.search(r"^%s +\d +hung +\S+ +2 " % node, done.out, re.M), done.out[-3000:]
+        assert re.search(r"\[gpufleet\] restarting after: hung: no node wrote to its log for \d+ s \(hang_timeout=8\)",
+                         log), log[-3000:]
+        assert re.search(r"\[gpufleet\] not restarting: the same failure twice within 300 s of a restart "
+                         r"\(min_progress_s\): hung: no node wrote", log), log[-3000:]
+        assert "[gpufleet] attempt 3 of 3" not in log
+    assert re.search(r"Restarts: attempt 2 after: hung: no node wrote to its log for \d+ s \(hang_timeout=8\)",
+                     done.out), done.out[-3000:]
+    assert re.search(r"; not restarting: the same failure twice within 300 s of a restart \(min_progress_s\): hung: ",
+                     out), out[-3000:]
+    with open(os.path.join(logs, "node2.log")) as handle:
+        assert "rank 4 resumes from step 5" in handle.read()

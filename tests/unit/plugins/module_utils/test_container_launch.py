@@ -81,7 +81,8 @@ def launch(job_spec, job_dir, env_files=()):
     out, engine_out = job_dir / "out.json", job_dir / "engine.json"
     env = {"PATH": os.environ["PATH"], "OUT": str(out), "ENGINE_OUT": str(engine_out), "IMAGE_ID": IMAGE_ID,
            "GPUFLEET_RUN_ID": "0123456789abcdef0123", "GPUFLEET_RUN_TOKEN": "0123456789abcdef0123.1",
-           "GPUFLEET_MASTER_PORT": "29777", "GPUFLEET_ATTEMPT": "2", "NOT_PASSED": "host only"}
+           "GPUFLEET_MASTER_PORT": "29777", "GPUFLEET_ATTEMPT": "2", "NOT_PASSED": "host only",
+           "GPUFLEET_RESTART_REASON": "node0 (node_rank 0) failed with exit code 1"}
     subprocess.run(["bash", str(script)], check=True, env=env, cwd=str(job_dir))
     return json.loads(engine_out.read_text()), json.loads(out.read_text()), script.read_text()
 
@@ -108,13 +109,14 @@ def test_podman_runs_the_part_with_what_multi_node_training_needs(engines, fake_
     assert pairs(argv, "--workdir") == [str(job_dir / "code")]
     # Only the run's own variables, by name: no value of the job's environment is in the container's configuration.
     assert pairs(argv, "--env") == ["GPUFLEET_IN_CONTAINER=1", "GPUFLEET_RUN_ID", "GPUFLEET_RUN_TOKEN",
-                                    "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT"]
+                                    "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON"]
     assert argv[-3:] == [IMAGE_ID, "/bin/bash", str(job_dir / "launch.sh")]
     assert not any(SECRET in arg or "plain value" in arg for arg in argv)
     # Inside: the job's environment and secret sourced from the mounted folder, the attempt's port, the launcher.
     assert inside["env"]["API_TOKEN"] == SECRET and inside["env"]["VISIBLE"] == "plain value"
     assert inside["env"]["NCCL_SOCKET_IFNAME"] == "eth7" and inside["env"]["MASTER_PORT"] == "29777"
     assert inside["env"]["GPUFLEET_RUN_TOKEN"] == "0123456789abcdef0123.1" and "NOT_PASSED" not in inside["env"]
+    assert inside["env"]["GPUFLEET_RESTART_REASON"] == "node0 (node_rank 0) failed with exit code 1"
     assert inside["argv"][:2] == ["-m", "torch.distributed.run"] and "--node-rank=1" in inside["argv"]
 
 

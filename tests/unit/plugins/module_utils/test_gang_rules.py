@@ -26,6 +26,7 @@ def test_the_job_is_hung_only_when_every_node_has_been_silent_that_long():
     ([{"outcome": "stopped", "stopped_for": "node1"}, {"outcome": "failed"}], False, JobState.FAILED),
     ([{"outcome": "stopped"}, {"outcome": "failed"}], False, JobState.STOPPED),  # a user's stop: no restart
     ([{"outcome": "hung"}, {"outcome": "stopped", "stopped_for": None}], False, JobState.STOPPED),
+    ([{"outcome": "hung"}, {"outcome": "hung"}], False, JobState.FAILED),  # a hang: a restart may help
     ([{"outcome": "failed"}], True, JobState.STOPPED),
 ])
 def test_how_an_attempt_ended_for_the_gang(parts, stop_requested, verdict):
@@ -86,3 +87,38 @@ def test_a_peer_failing_now_is_described_by_its_reason():
     assert describe("node1", 1, dict(failing, phase=HeartbeatPhase.ENDED, exit_code=143, signal="SIGTERM",
                                      hardware_fault=True)) == \
         "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
+
+
+HOSTS = ("node0", "node1", "node2")
+RANK_FAILED = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"}, {"rank": 1, "outcome": "failed", "exit_code": 7},
+               {"rank": 2, "outcome": "stopped", "stopped_for": "node1"}]
+HUNG = [{"rank": r, "outcome": "hung", "exit_code": 143, "reason": "hung: no node wrote to its log for 9 s "
+         "(hang_timeout=8)"} for r in range(3)]
+
+
+def test_a_restart_says_why_and_the_same_failure_soon_after_a_restart_stops_the_restarts():
+    first = gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, None, 5.0, 300)
+    assert first.refused is None and first.reason == "node1 (node_rank 1) failed with exit code 7"
+    again = gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 40.0, 300)
+    assert again.refused == ("not restarting: the same failure twice within 300 s of a restart (min_progress_s): "
+                             "node1 (node_rank 1) failed with exit code 7")
+    # The same failure after the restart had run min_progress_s is a new one; so is another failure soon.
+    assert gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 301.0, 300).refused is None
+    other = [dict(part, exit_code=9) if part["rank"] == 1 else part for part in RANK_FAILED]
+    assert gang_rules.restart_decision(other, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
+    moved = [dict(part, rank=(part["rank"] + 1) % 3) for part in RANK_FAILED]  # node2 failed this time
+    assert gang_rules.restart_decision(moved, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
+
+
+def test_a_hang_restarts_and_hangs_again_soon_is_the_same_failure_whatever_the_exit_codes():
+    first = gang_rules.restart_decision(HUNG, HOSTS.__getitem__, None, 20.0, 300)
+    assert first.refused is None and first.reason == "hung: no node wrote to its log for 9 s (hang_timeout=8)"
+    again = [dict(part, exit_code=137) for part in HUNG]
+    assert gang_rules.restart_decision(again, HOSTS.__getitem__, first.signature, 20.0, 300).refused.startswith(
+        "not restarting: the same failure twice within 300 s of a restart (min_progress_s): hung: ")
+
+
+def test_a_hardware_fault_is_refused_before_any_other_rule():
+    fault = [{"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
+    decision = gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300)
+    assert decision.refused.startswith("not restarting: node1 GPU 0: XID 79 is a hardware fault")

@@ -309,6 +309,24 @@ def test_restarts_run_out_and_the_job_fails(gang):
     assert ended[0]["state"] == "stopped" and len(ended[0]["attempts"]) == 2
 
 
+def test_a_hang_restarts_the_gang_and_the_same_hang_again_at_once_stops_the_restarts(gang):
+    """max_restarts=2: the first hang relaunches both nodes, the ranks told why (GPUFLEET_RESTART_REASON); the
+    second comes within min_progress_s of the restart, so the second restart is not used."""
+    body = 'echo "attempt $GPUFLEET_ATTEMPT after: $GPUFLEET_RESTART_REASON"; exec sleep 1000\n'
+    g = gang([body, body], max_restarts=2, restart_ports=(free_udp_port(), free_udp_port()), hang_timeout_s=2)
+    ended = wait_for(g.ended, timeout=40)
+    reason = ended[0]["restarts"][0]
+    assert reason.startswith("hung: no node wrote to its log for ") and ended[1]["restarts"] == [reason], ended
+    for state in ended:
+        assert state["state"] == "hung" and [a["attempt"] for a in state["attempts"]] == [1, 2], state
+        assert state["no_restart"].startswith("not restarting: the same failure twice within 300 s of a restart "
+                                              "(min_progress_s): hung: no node wrote to its log for "), state
+        log = open(state["log_path"]).read()
+        assert "attempt 1 after: \n" in log and "attempt 2 after: %s\n" % reason in log, log
+        assert "[gpufleet] restarting after: %s" % reason in log
+    wait_for(lambda: not g.processes())
+
+
 def test_a_gpu_fault_fails_the_job_without_using_its_restarts(gang, gpus_on_path, tmp_path):
     """A hardware XID in node 1's kernel log ends the attempt on both nodes, and neither launches again although a
     restart remains: it would meet the same GPU (node 0's kernel log stays quiet)."""

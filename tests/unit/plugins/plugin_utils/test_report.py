@@ -82,6 +82,17 @@ def test_a_hung_job_is_reported_as_hung_not_as_one_nodes_failure():
     assert message == "job j hung and was stopped on every node: %s." % reason
 
 
+def test_a_hung_job_that_restarted_says_why_each_restart_happened_and_why_the_restarts_stopped():
+    reason = "hung: no node wrote to its log for 9 s (hang_timeout=8)"
+    refused = "not restarting: the same failure twice within 300 s of a restart (min_progress_s): %s" % reason
+    results = [dict(OK, host=host, node_rank=rank, state="hung", stop_reason=reason, ended_at=3.0, restarts=[reason],
+                    no_restart=refused) for rank, host in enumerate(("node0", "node1"))]
+    assert report.restarts_said(results) == "attempt 2 after: %s" % reason
+    assert report.restarts_said([OK]) == ""
+    assert report.failure_message("j", results) == "job j hung and was stopped on every node: %s; %s." % (
+        reason, refused)
+
+
 def test_a_hung_job_with_stacks_names_the_odd_rank_and_where_the_stacks_are():
     reason = "hung: no node wrote to its log for 31 s (hang_timeout=30)"
     waiting = [["all_reduce", "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 2941],
