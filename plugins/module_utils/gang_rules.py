@@ -122,10 +122,15 @@ def failure_signature(parts: list[dict]) -> tuple:
 
 
 def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
-                     min_progress_s: float) -> RestartDecision:
+                     min_progress_s: float, lost: dict | None = None) -> RestartDecision:
     """Whether a failed attempt is launched again (restarts remaining): not after a hardware fault (no_restart_for),
-    nor when it failed the same way as the attempt before within min_progress_s of its start; with why it failed,
-    for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
+    nor when it failed the same way as the attempt before within min_progress_s of its start, nor when a node was
+    lost (lost: {host: when last heard}), with no spare node to take its place; with why it failed, for the
+    restart's GPUFLEET_RESTART_REASON, the log and the report."""
+    if lost:
+        said = ", ".join(sorted(lost))
+        return RestartDecision("not restarting: %s lost, and no spare node is available to take %s place"
+                               % (said, "its" if len(lost) == 1 else "their"), "%s lost" % said, ())
     failed = _failed_on_its_own(parts)
     first = failed[0] if failed else parts[0]
     rank = int(first.get("rank", 0))

@@ -96,8 +96,7 @@ class Supervisor:
         spec["master_port"] = self.ports[0]
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.min_progress_s = float(spec.get("min_progress_s", Defaults.MIN_PROGRESS_S))
-        self.restart_reason = ""  # why this attempt is a restart (GPUFLEET_RESTART_REASON)
-        self.last_failure: tuple | None = None  # the last failure's mark: the same again soon stops the restarts
+        self.restart_reason, self.last_failure = "", None  # why this attempt is a restart; the last failure's mark
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.stop_stacks = False  # whether the stop request asks for every rank's stack first
@@ -298,10 +297,11 @@ class Supervisor:
     def _restart(self, gang: str, parts: list[dict]) -> bool:
         """Whether the gang launches again, and why (gang_rules.restart_decision); a restart refused (a hardware
         fault; the same failure again soon after a restart) is said in the log and state.json."""
-        if gang != JobState.FAILED or not self._may_restart():
+        if gang not in (JobState.FAILED, JobState.LOST) or not self._may_restart():
             return False
         decision = restart_decision(parts, lambda rank: self.host if rank == self.node_rank else self.gang.host(rank),
-                                    self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s)
+                                    self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s,
+                                    self.state.get("peers_lost") if gang == JobState.LOST else None)
         self.last_failure, self.restart_reason = decision.signature, decision.reason
         if decision.refused:
             self.log(decision.refused)

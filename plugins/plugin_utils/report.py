@@ -164,6 +164,22 @@ def where_ranks_were(results: Sequence[Mapping[str, Any]]) -> str:
     return "%s%s" % (said, "; every rank's stack: %s" % ", ".join(files) if files else "")
 
 
+def _the_others(results: Sequence[Mapping[str, Any]], cause: Mapping[str, Any]) -> list[str]:
+    """What the message says after the first failure: the nodes that failed after it, those stopped, and why the
+    job was not restarted though restarts remained (a GPU fault says so beside the fault)."""
+    said = []
+    later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in FAILURE_STATES]
+    if later:  # often a rank that failed in a collective because the first rank had gone
+        said.append("; failed after it: %s" % ", ".join(later))
+    stopped = [str(r.get("host")) for r in results if r.get("state") == JobState.STOPPED]
+    if stopped:
+        said.append("; stopped on the other nodes: %s" % ", ".join(stopped))
+    refused = next((str(r["no_restart"]) for r in results if r.get("no_restart")), "")
+    if refused and not cause.get("gpu_fault"):
+        said.append("; %s" % refused)
+    return said
+
+
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
     """What went wrong, naming the host, its node_rank and the exit code, with the end of its log."""
     if any(r.get("interrupted") for r in results):
@@ -205,12 +221,7 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if isinstance(root, Mapping) and cause.get("container") and state not in (JobState.UNREACHABLE, JobState.LOST):
         parts.append("; %s %s" % (_launcher(cause), ("was killed by %s" % cause["signal"]) if cause.get("signal")
                                   else "exited with code %s" % cause.get("exit_code")))
-    later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in FAILURE_STATES]
-    if later:  # often a rank that failed in a collective because the first rank had gone
-        parts.append("; failed after it: %s" % ", ".join(later))
-    stopped = [str(r.get("host")) for r in results if r.get("state") == JobState.STOPPED]
-    if stopped:
-        parts.append("; stopped on the other nodes: %s" % ", ".join(stopped))
+    parts.extend(_the_others(results, cause))
     lines = list(cause.get("log_tail") or [])[-tail_lines:]
     lines = rank_lines.failing_rank_first(lines, root.get("rank") if isinstance(root, Mapping) else None)
     where = cause.get("log") or cause.get("log_path")

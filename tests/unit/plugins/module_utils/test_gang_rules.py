@@ -122,3 +122,10 @@ def test_a_hardware_fault_is_refused_before_any_other_rule():
     fault = [{"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
     decision = gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300)
     assert decision.refused.startswith("not restarting: node1 GPU 0: XID 79 is a hardware fault")
+
+
+def test_a_lost_node_with_no_spare_is_not_restarted_and_named():
+    parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node2"}]
+    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1700000000.0})
+    assert decision.refused == "not restarting: node2 lost, and no spare node is available to take its place"
+    assert decision.reason == "node2 lost"
