@@ -107,7 +107,10 @@ def _called_from(entry: Mapping[str, Any]) -> str:
 def group_verdict(dumps: Mapping[int, dict], group: str) -> str | None:
     """What one process group's dumps say: the ranks behind its latest collective, or a mismatch, or None when
     every rank completed the same last collective."""
-    latest = {rank: _latest(dump.get("entries") or [], group) for rank, dump in dumps.items()}
+    members = _members(dumps, group)  # a rank outside the group (a TP or DP group of others) is never behind in it
+    latest = {rank: _latest(dump.get("entries") or [], group) for rank, dump in dumps.items() if rank in members}
+    if not any(latest.values()):
+        return None
     top = max(int(e.get("collective_seq_id") or 0) for e in latest.values() if e)
     at_top = {rank: e for rank, e in latest.items() if e and int(e.get("collective_seq_id") or 0) == top}
     sample = at_top[min(at_top)]
@@ -118,13 +121,13 @@ def group_verdict(dumps: Mapping[int, dict], group: str) -> str | None:
     if len(kinds) > 1:
         return "collective #%d of process group %s differs between ranks: %s" % (top, _desc(sample), ", ".join(
             "%s %s %s" % (rank_list(ranks), kind[0], kind[1]) for kind, ranks in sorted(kinds.items(), key=lambda k: min(k[1]))))
-    behind = sorted(rank for rank in dumps if rank not in at_top)
+    behind = sorted(rank for rank in latest if rank not in at_top)
     waiting = sorted(rank for rank, e in at_top.items() if e.get("state") != "completed")
-    missing = sorted(_members(dumps, group) - set(dumps))
+    missing = sorted(members - set(dumps))
     if not behind and not waiting:
         return None
-    said = "%s %s in %s%s" % (rank_list(waiting or sorted(at_top)), "wait" if waiting else "completed", name,
-                              _called_from(sample))
+    said = "%s %s in %s%s" % (rank_list(waiting or sorted(at_top)), ("waits" if len(waiting) == 1 else "wait")
+                              if waiting else "completed", name, _called_from(sample))
     if behind:
         last = "; ".join("rank %d's last: #%s, %s" % (r, latest[r].get("collective_seq_id"), latest[r].get("state"))
                          if latest[r] else "rank %d: none" % r for r in behind)

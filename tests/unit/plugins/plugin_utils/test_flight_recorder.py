@@ -84,6 +84,27 @@ def test_missing_dumps_are_named(tmp_path, standin, monkeypatch):
     assert flight_recorder.verdict(dumps).endswith("the likely cause; no dump from rank 5")
 
 
+def entry(group, desc, seq, state):
+    return {"process_group": (group, desc), "collective_seq_id": seq, "profiling_name": "nccl:all_reduce",
+            "input_sizes": [[8]], "state": state, "is_p2p": False, "frames": []}
+
+
+def test_a_rank_outside_a_process_group_is_never_behind_in_it():
+    """Four ranks; process group 1 (desc dp) holds ranks 0 and 1 only: rank 0 waits in its collective #5 that rank 1
+    never entered; ranks 2 and 3, which have no collective of that group, are not blamed for it."""
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+              "1": {"name": "1", "desc": "dp", "ranks": "[0, 1]"}}
+    default = [entry("0", "default_pg", seq, "completed") for seq in (1, 2, 3)]
+    dumps = {0: {"pg_config": config, "entries": default + [entry("1", "dp", 4, "completed"), entry("1", "dp", 5, "started")]},
+             1: {"pg_config": config, "entries": default + [entry("1", "dp", 4, "completed")]},
+             2: {"pg_config": config, "entries": list(default)}, 3: {"pg_config": config, "entries": list(default)}}
+    assert flight_recorder.verdict(dumps) == (
+        "rank 0 waits in nccl:all_reduce #5 of process group dp; rank 1 never entered it (rank 1's last: #4, "
+        "completed): the likely cause")
+    # A group that pg_config gives no member with an entry says nothing (and does not fail).
+    assert flight_recorder.group_verdict({2: dumps[2]}, "1") is None
+
+
 class RunsCode:
     def __reduce__(self):
         return (open, ("/tmp/should-never-exist-%d" % os.getpid(), "w"))
