@@ -238,7 +238,7 @@ def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], 
     written whole (write_atomic), the spec last, since its run_id is what tells a run has been written."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
-    _keep_previous_log(path, previous)
+    _keep_previous_run(path, previous)
     if script_content is not None:
         _write_script(spec, script_content)
     for name in (STATE_FILE, EXIT_CODE_FILE, STOP_REQUEST_FILE):
@@ -275,7 +275,7 @@ def _write_script(spec: JobSpec, content: str) -> None:
     write_atomic(target, content, 0o600)
 
 
-def _keep_previous_log(path: str, previous: dict) -> None:
+def _keep_previous_run(path: str, previous: dict) -> None:
     """The previous run's log (job.<run id>.log) and flight recorder dumps (flight_recorder.<run id>/) are kept
     beside the new run's, never mixed with them."""
     suffix = previous.get("run_id") or str(int(time.time()))

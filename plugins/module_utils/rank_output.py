@@ -39,13 +39,16 @@ class RankOutput:
     has ended, which also copies a last line without its newline)."""
 
     def __init__(self, job_dir: str, log_path: str, spec: dict) -> None:
-        self.folder = os.path.join(job_dir, RANK_OUTPUT_DIR)
+        # Only DeepSpeed's launcher writes there (launchers.py): for any other, following is nothing at all.
+        self.folder = os.path.join(job_dir, RANK_OUTPUT_DIR) if spec.get("launcher") == "deepspeed" else ""
         self.log_path = log_path
         self.first = first_rank(spec)
         self.read = dict(self._files())  # an earlier run's: not copied
         self.partial: dict[str, bytes] = {}
 
     def _files(self) -> dict[str, int]:
+        if not self.folder:
+            return {}
         try:
             names = [name for name in os.listdir(self.folder) if RANK_FILE.search(name)]
         except OSError:

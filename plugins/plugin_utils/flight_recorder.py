@@ -147,10 +147,8 @@ def verdict(dumps: Mapping[int, dict]) -> str | None:
 
 def torch_analyser(folder: str, names: Sequence[str], python: str = sys.executable) -> tuple[str, str]:
     """torch's own analyser on this run's dumps (copied to a folder of their own, so that older files in the logs
-    folder are not read): its output and its verdict lines; ('', '') when torch is not importable here."""
-    if subprocess.run([python, "-c", "import torch.distributed.flight_recorder.fr_trace"], capture_output=True,
-                      check=False, timeout=ANALYSER_TIMEOUT_S).returncode != 0:
-        return "", ""
+    folder are not read): its output and its verdict lines; ('', '') when torch, or its analyser, is not importable
+    by python (Python's own "No module named 'torch...'": one start of python, not a second to find out first)."""
     with tempfile.TemporaryDirectory(prefix="gpufleet-fr-") as scratch:
         for name in names:
             shutil.copy(os.path.join(folder, name), os.path.join(scratch, name))
@@ -160,6 +158,8 @@ def torch_analyser(folder: str, names: Sequence[str], python: str = sys.executab
                                   timeout=ANALYSER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return "", "torch's analyser did not finish within %d s" % ANALYSER_TIMEOUT_S
+    if done.returncode != 0 and "No module named 'torch" in done.stderr:
+        return "", ""
     output = (done.stdout + done.stderr).replace(scratch, folder)
     lines: list[str] = []
     for line in output.splitlines():

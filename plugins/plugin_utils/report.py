@@ -174,10 +174,15 @@ def _the_others(results: Sequence[Mapping[str, Any]], cause: Mapping[str, Any]) 
     stopped = [str(r.get("host")) for r in results if r.get("state") == JobState.STOPPED]
     if stopped:
         said.append("; stopped on the other nodes: %s" % ", ".join(stopped))
-    refused = next((str(r["no_restart"]) for r in results if r.get("no_restart")), "")
+    refused = _refusal(results)
     if refused and not cause.get("gpu_fault"):
         said.append("; %s" % refused)
     return said
+
+
+def _refusal(results: Sequence[Mapping[str, Any]]) -> str:
+    """Why the job was not restarted though restarts remained (every node decides alike), else ''."""
+    return next((str(r["no_restart"]) for r in results if r.get("no_restart")), "")
 
 
 def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: int = 30) -> str | None:
@@ -189,10 +194,9 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     if cause is None:
         return None
     if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
-        stuck = where_ranks_were(results)
-        return "job %s hung and was stopped on every node: %s%s%s." % (
-            job, cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds",
-            "; " + stuck if stuck else "", "; " + cause["no_restart"] if cause.get("no_restart") else "")
+        said = [cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds",
+                where_ranks_were(results), _refusal(results)]
+        return "job %s hung and was stopped on every node: %s." % (job, "; ".join(part for part in said if part))
     host = cause.get("host")
     parts = ["job %s failed on %s (node_rank %s): " % (job, host, cause.get("node_rank"))]
     state = cause.get("state")

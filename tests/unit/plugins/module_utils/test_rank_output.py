@@ -22,7 +22,9 @@ def test_each_complete_line_reaches_the_log_once_tagged_with_its_global_and_loca
     log = tmp_path / "job.log"
     log.write_bytes(b"[gpufleet] attempt 1 of 1\n")
     (folder / "20260101000000_rank1.log").write_bytes(b"an earlier run's line\n")  # there before: not copied
-    output = RankOutput(str(tmp_path), str(log), {"node_rank": 1, "nodes": NODES[:2], "nproc_per_node": 2})
+    spec = {"launcher": "deepspeed", "node_rank": 1, "nodes": NODES[:2], "nproc_per_node": 2}
+    other = RankOutput(str(tmp_path), str(log), dict(spec, launcher="torchrun"))  # not DeepSpeed: reads nothing there
+    output = RankOutput(str(tmp_path), str(log), spec)
     output.follow()  # nothing new yet
     with open(str(folder / "20260102000000_rank2.log"), "ab") as rank2, \
             open(str(folder / "20260102000000_rank3.log"), "ab") as rank3:
@@ -36,6 +38,7 @@ def test_each_complete_line_reaches_the_log_once_tagged_with_its_global_and_loca
         output.follow()
         output.follow()  # nothing new: nothing written twice
         rank3.write(b"Traceback without a newline")
+    other.follow(final=True)
     output.follow(final=True)
     lines = log.read_text().splitlines()
     assert lines == ["[gpufleet] attempt 1 of 1", "[rank2|0]: step 1 rank 2", "[rank3|1]: step 1 rank 3",
@@ -46,5 +49,5 @@ def test_each_complete_line_reaches_the_log_once_tagged_with_its_global_and_loca
 def test_no_folder_no_log_change(tmp_path):
     log = tmp_path / "job.log"
     log.write_bytes(b"x\n")
-    RankOutput(str(tmp_path), str(log), {}).follow(final=True)
+    RankOutput(str(tmp_path), str(log), {"launcher": "deepspeed"}).follow(final=True)
     assert log.read_bytes() == b"x\n"

@@ -122,6 +122,20 @@ def test_a_file_that_names_a_class_or_function_is_refused_and_nothing_in_it_runs
     assert not os.path.exists("/tmp/should-never-exist-%d" % os.getpid())
 
 
+def test_without_torch_on_the_controller_only_gpufleet_s_reading_is_said(tmp_path, standin, monkeypatch):
+    """A Python without torch answers `-m torch.distributed...` with its own error (the text CPython 3.11 prints,
+    kept here): the analyser is then said nothing of, not reported as failed."""
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    names = write_dumps(folder, standin, monkeypatch, world=2, behind=1)
+    python = tmp_path / "python-without-torch"
+    python.write_text("#!/bin/sh\necho \"$0: Error while finding module specification for "
+                      "'torch.distributed.flight_recorder.fr_trace' (ModuleNotFoundError: No module named 'torch')\" "
+                      ">&2\nexit 1\n")
+    python.chmod(0o755)
+    assert flight_recorder.torch_analyser(str(folder), names, python=str(python)) == ("", "")
+
+
 def test_the_report_reads_the_dumps_this_run_fetched_and_keeps_torch_s_output(tmp_path, standin, monkeypatch):
     folder = tmp_path / "flight_recorder"
     folder.mkdir()
