@@ -6,8 +6,14 @@ Launch it with gpufleet (``ansible-playbook playbooks/train.yml -i hosts.yml -e 
 or with torchrun directly. The data is made from the seed (10 classes of noisy 8x8 patterns, 1,797 samples
 as in the classic digits set), so nothing is downloaded and every rank makes the same set; put your own data in
 ``datasets()``. It uses NCCL on CUDA and Gloo on the CPU, a DistributedSampler (with set_epoch),
-prints the loss and accuracy of every epoch (averaged over all ranks), and global
-rank 0 saves a checkpoint after every epoch.
+prints the loss and accuracy of every epoch (averaged over all ranks), and saves a checkpoint every
+``--checkpoint-every`` steps and after every epoch.
+
+Checkpoints go to ``GPUFLEET_CHECKPOINT_DIR`` (gpufleet sets it to ``<job folder>/checkpoints`` on each node; set
+it in the job's env to a shared file system instead), one per node (its local rank 0 writes it), so that a node
+that replaced a lost one gets the state from a node that kept it. When gpufleet launches the job again after a
+failure (``GPUFLEET_ATTEMPT`` > 1), or with ``--resume``, every rank resumes from the newest checkpoint any node
+holds, at the step it was saved.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-dir", default="checkpoints")
-    parser.add_argument("--resume", action="store_true", help="continue from checkpoint-dir/last.pt if it exists")
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("GPUFLEET_CHECKPOINT_DIR", "checkpoints"))
+    parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints (0: per epoch)")
+    parser.add_argument("--step-s", type=float, default=0.0, help="seconds each step takes at least (demos)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint (also when "
+                        "GPUFLEET_ATTEMPT > 1: a restart)")
     return parser.parse_args()
 
 
@@ -72,11 +81,30 @@ def evaluate(net: nn.Module, loader: DataLoader, device: torch.device) -> float:
     return correct / total
 
 
-def save_checkpoint(path: str, epoch: int, net: DistributedDataParallel, optimizer: torch.optim.Optimizer) -> None:
+def save_checkpoint(path: str, step: int, epoch: int, net: DistributedDataParallel,
+                    optimizer: torch.optim.Optimizer) -> None:
+    """The training state after step (in epoch), written whole or not at all."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
-    torch.save({"epoch": epoch, "model": net.module.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
+    torch.save({"step": step, "epoch": epoch, "model": net.module.state_dict(), "optimizer": optimizer.state_dict()},
+               tmp)
     os.replace(tmp, path)  # a crash mid-save never leaves a half-written checkpoint
+
+
+def newest_checkpoint(path: str, device: torch.device) -> dict | None:
+    """The newest checkpoint any node holds, the same on every rank: the ranks agree on the newest step, and the
+    lowest rank that holds it sends it to all (a node that replaced a lost one has none of its own)."""
+    mine = torch.load(path, map_location="cpu") if os.path.exists(path) else None
+    step = mine["step"] if mine else -1
+    newest = torch.tensor([step], dtype=torch.int64, device=device)
+    dist.all_reduce(newest, op=dist.ReduceOp.MAX)
+    if int(newest) < 0:
+        return None
+    holder = torch.tensor([dist.get_rank() if step == int(newest) else dist.get_world_size()], device=device)
+    dist.all_reduce(holder, op=dist.ReduceOp.MIN)
+    box = [mine if dist.get_rank() == int(holder) else None]
+    dist.broadcast_object_list(box, src=int(holder), device=device)
+    return box[0]
 
 
 def leave_process_group() -> None:
@@ -123,22 +151,27 @@ def main() -> None:
     optimizer = torch.optim.Adam(net.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
     checkpoint = os.path.join(args.checkpoint_dir, "last.pt")
+    saves = local_rank == 0  # one checkpoint per node
 
-    first_epoch = 0
-    if args.resume and os.path.exists(checkpoint):
-        state = torch.load(checkpoint, map_location=device)
-        net.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        first_epoch = state["epoch"] + 1
-        if rank == 0:
-            print("resumed from %s at epoch %d" % (checkpoint, first_epoch), flush=True)
+    step = first_epoch = skip = 0
+    if args.resume or int(os.environ.get("GPUFLEET_ATTEMPT", "1")) > 1:
+        state = newest_checkpoint(checkpoint, device)
+        if state is not None:
+            net.module.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            step, first_epoch = state["step"], state["epoch"]
+            skip = step - first_epoch * len(train_loader)  # the steps of that epoch already done
+            if rank == 0:
+                print("rank 0 resumes from step %d (epoch %d) of %s" % (step, first_epoch + 1, checkpoint), flush=True)
 
     accuracy = evaluate(net, test_loader, device)
     for epoch in range(first_epoch, args.epochs):
         sampler.set_epoch(epoch)
         started = time.monotonic()
         loss_sum = samples = 0.0
-        for inputs, targets in train_loader:
+        for batch, (inputs, targets) in enumerate(train_loader):
+            if epoch == first_epoch and batch < skip:
+                continue  # the same order as before the restart (set_epoch), so these were trained on
             inputs, targets = inputs.to(device), targets.to(device)
             optimizer.zero_grad()
             loss = loss_fn(net(inputs), targets)
@@ -146,13 +179,18 @@ def main() -> None:
             optimizer.step()
             loss_sum += loss.item() * len(targets)
             samples += len(targets)
+            step += 1
+            time.sleep(args.step_s)
+            if saves and args.checkpoint_every and step % args.checkpoint_every == 0:
+                save_checkpoint(checkpoint, step, epoch, net, optimizer)
         loss_sum, samples = global_sum([loss_sum, samples], device)
         accuracy = evaluate(net, test_loader, device)
+        if saves:
+            save_checkpoint(checkpoint, step, epoch + 1, net, optimizer)
         if rank == 0:
-            save_checkpoint(checkpoint, epoch, net, optimizer)
             print(
-                "epoch %d/%d loss %.4f test_accuracy %.4f (%.1fs)"
-                % (epoch + 1, args.epochs, loss_sum / samples, accuracy, time.monotonic() - started),
+                "epoch %d/%d step %d loss %.4f test_accuracy %.4f (%.1fs)"
+                % (epoch + 1, args.epochs, step, loss_sum / max(samples, 1), accuracy, time.monotonic() - started),
                 flush=True,
             )
     if rank == 0:

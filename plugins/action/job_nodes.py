@@ -36,7 +36,7 @@ class ActionModule(ActionBase):
         probes: dict[str, dict] = {}
         gpus: dict[str, Any] = {}
         acknowledged: dict[str, Any] = {}
-        for host in plan["hosts"]:
+        for host in list(plan["hosts"]) + list(plan.get("spare_hosts") or []):
             found = hostvars[host]
             probe = found.get(PROBE_VARIABLE)
             if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):

@@ -13,7 +13,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers, schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, container_images, plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, bad_nodes, container_images, plan
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -103,6 +103,24 @@ def hang_timeout(value: Any) -> int | None:
                              % exc)
 
 
+def _nodes(group: str, groups: dict, task_vars: dict) -> list[str]:
+    """The node group's hosts of the play, in rank order."""
+    if group not in groups or not groups[group]:
+        raise plan.PlanError("inventory: group '%s' is empty or missing; it must list the nodes in rank order" % group)
+    return plan.order_nodes(groups[group], task_vars.get("ansible_play_hosts_all", []))
+
+
+def _spares(group: str, groups: dict, task_vars: dict, nodes: list[str], hostvars_of: Any,
+            runs: tuple[str, str]) -> dict[str, Any]:
+    """The spare group's hosts of the play that are not nodes, planned as nodes past the nodes' ranks (every address
+    distinct among nodes and spares), unless the job cannot use them (launcher, scheduler, size: spares_note)."""
+    hosts = [host for host in groups.get(group) or [] if host not in nodes
+             and host in task_vars.get("ansible_play_hosts_all", [])]
+    note = plan.spares_note(hosts, runs[0], runs[1], len(nodes), group)
+    spares = [] if note else plan.plan_nodes(nodes + hosts, hostvars_of)[len(nodes):]
+    return {"spares": spares, "spare_hosts": [spare["host"] for spare in spares], "spares_note": note}
+
+
 class ActionModule(ActionBase):
     """Checks every launch input before any node is touched and returns the job's plan."""
 
@@ -122,11 +140,8 @@ class ActionModule(ActionBase):
         return result
 
     def _plan(self, args: dict, task_vars: dict) -> dict:
-        group = args.get("group") or plan.NODE_GROUP
         groups = task_vars.get("groups", {})
-        if group not in groups or not groups[group]:
-            raise plan.PlanError("inventory: group '%s' is empty or missing; it must list the nodes in rank order" % group)
-        nodes = plan.order_nodes(groups[group], task_vars.get("ansible_play_hosts_all", []))
+        nodes = _nodes(args.get("group") or plan.NODE_GROUP, groups, task_vars)
         hostvars = task_vars["hostvars"]
 
         def hostvars_of(host: str) -> dict:
@@ -150,6 +165,8 @@ class ActionModule(ActionBase):
         master_port = plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535)
         max_restarts = plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                minimum=0, maximum=100)
+        spares = _spares(str(args.get("spare_group") or "gpu_spares"), groups, task_vars, nodes, hostvars_of,
+                         (chosen_launcher, chosen_scheduler))
         return {
             "job": job,
             "run_id": run_id,
@@ -173,6 +190,9 @@ class ActionModule(ActionBase):
                                                      maximum=64),
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
+            **spares,
+            # Nodes of this job a spare replaced for a hardware fault in an earlier one (plugin_utils/bad_nodes.py).
+            "bad_nodes": bad_nodes.warnings(logs_dir, nodes + spares["spare_hosts"]),
             "wait": wait,
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),

@@ -14,7 +14,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import (
-    action_args, flight_recorder, gpu_report, rank_lines, report, timeline)
+    action_args, bad_nodes, flight_recorder, gpu_report, rank_lines, report, timeline)
 
 display = Display()
 
@@ -66,6 +66,13 @@ class ActionModule(ActionBase):
         restarts = report.restarts_said(results)
         if restarts:
             display.display("Restarts: %s" % restarts)
+        replaced = report.replacements_said(results)
+        if replaced:
+            display.display("Spares: %s" % replaced)
+        if args.get("logs_dir"):  # replaced for a hardware fault: the next train.yml with the node warns (bad_nodes.py)
+            for path in bad_nodes.remember(os.path.dirname(str(args["logs_dir"])), job, report.replacements(results)):
+                display.display("Remembered as replaced for a hardware fault (train.yml warns while it is in a job): %s"
+                                % path)
         message = report.failure_message(job, results)
         recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
         if recorder["said"]:
@@ -75,7 +82,7 @@ class ActionModule(ActionBase):
         if stacks and stacks not in (message or ""):  # taken before a stop that asked for them, not on a hang
             display.display("Where each rank was when the job was stopped: %s" % stacks)
         result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
-                      stacks=stacks, flight_recorder=recorder)
+                      stacks=stacks, flight_recorder=recorder, replaced=replaced)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:

@@ -103,7 +103,8 @@ class NodeWait:
         if answer.get("failed") or answer.get("unreachable"):
             self.misses += 1
             if self.misses >= self.max_misses:
-                self.current = {"state": JobState.UNREACHABLE, "ended_at": time.time(), "error": answer.get("msg")}
+                # The plain word: an enum in a registered result makes Ansible warn that it converts it.
+                self.current = {"state": JobState.UNREACHABLE.value, "ended_at": time.time(), "error": answer.get("msg")}
         else:
             self.misses = 0
             self.current = answer["jobs"][0]
@@ -147,7 +148,8 @@ class NodeWait:
             answer = self.status(tail)
             if not answer.get("failed") and not answer.get("unreachable"):
                 current = answer["jobs"][0]
-        current.update(host=self.host, node_rank=self.node_rank)
+        current["host"] = self.host
+        current.setdefault("node_rank", self.node_rank)  # a spare's is the rank it took, in its state
         if self.was_interrupted:
             current["interrupted"] = True
         return current

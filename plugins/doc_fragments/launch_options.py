@@ -116,6 +116,16 @@ options:
           - Leave it out for a job whose nodes are not to watch each other.
         type: list
         elements: list
+      spares:
+        description:
+          - The job's spare nodes, in inventory order, each a list of two items, inventory name and address (torchrun
+            jobs of two nodes or more). A spare's supervisor (O(node_rank) is then O(nnodes) plus the spare's index)
+            runs no rank; it hears the gang's heartbeats, and when a node is lost or its GPU fails with a restart
+            left, the first ready spare takes that node's rank from the next attempt on.
+          - Every node of the job is given the same list, so that each hears the spares and can tell them apart.
+        type: list
+        elements: list
+        default: []
       key:
         description:
           - Key (the same on every node of the job) that authenticates the heartbeats with HMAC-SHA256. Required with

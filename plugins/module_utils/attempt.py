@@ -45,6 +45,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     StopReason,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spares import place_env
 
 
 class AttemptHost(Protocol):
@@ -56,6 +57,10 @@ class AttemptHost(Protocol):
     token: str
     grace_s: float
     attempt: int
+    node_rank: int
+    state: dict
+    host: str
+    stop_reason: str | None
     restart_reason: str
     gang: Gang | LoneNode
     ranks: RankWatch
@@ -93,6 +98,7 @@ class Attempt:
         env["GPUFLEET_MASTER_PORT"] = str(self.port)
         env["GPUFLEET_ATTEMPT"] = str(node.attempt)
         env["GPUFLEET_RESTART_REASON"] = node.restart_reason  # why this attempt is a restart; empty in the first
+        env.update(place_env(node))  # with spares: this attempt's node rank, master address and ranks here
         with open(os.path.join(node.job_dir, LOG_FILE), "ab", buffering=0) as log:
             return subprocess.Popen(  # pylint: disable=consider-using-with
                 ["/bin/bash", os.path.join(node.job_dir, LAUNCH_FILE)],

@@ -43,7 +43,8 @@ LABEL_JOB_DIR = "gpufleet.job_dir"
 # Set inside the container: launch.sh then skips its container block and runs the launcher.
 IN_CONTAINER_VAR = "GPUFLEET_IN_CONTAINER"
 # The only variables handed to the container, by name: the run's identity and the attempt's port.
-PASSED_VARS = (RUN_ID_VAR, TOKEN_VAR, "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON")
+PASSED_VARS = (RUN_ID_VAR, TOKEN_VAR, "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON",
+               "GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC")
 # NVIDIA's recommended limits for deep learning containers: unlimited locked memory (RDMA registration) and a
 # 64 MiB stack.
 DEFAULT_ULIMITS = ("memlock=-1:-1", "stack=67108864:67108864")

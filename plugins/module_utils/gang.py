@@ -86,7 +86,14 @@ class Gang:
         # Per peer, the least (this node's wall clock on arrival - the peer's on sending) over its heartbeats: how far
         # the peer's clock is behind this node's, plus the shortest trip (the events' timeline aligns by it).
         self.offsets: dict[int, float] = {}
-        self.sock = bind_own_address(socket.SOCK_DGRAM, self.nodes[self.rank][1], self.port)
+        # The spare nodes (host, address), in inventory order: they hear every heartbeat, and a spare's own say it is
+        # ready (spares.py). A spare's node_rank before it takes a node's place is len(nodes) + its index.
+        self.spares = [(str(host), str(address)) for host, address in spec.get("spares") or []]
+        self.spare_heard: dict[str, float] = {}
+        self.spare_news: dict[str, dict] = {}
+        self.joined: dict[int, float] = {}  # when a spare took each replaced rank: its join is counted from then
+        self.me = (self.nodes + self.spares)[self.rank]
+        self.sock = bind_own_address(socket.SOCK_DGRAM, self.me[1], self.port)
 
     def peers(self) -> list[int]:
         return [rank for rank in range(len(self.nodes)) if rank != self.rank]
@@ -94,14 +101,37 @@ class Gang:
     def host(self, rank: int) -> str:
         return self.nodes[rank][0]
 
+    def members(self) -> list[str]:
+        """The hosts of the job's node ranks now, in rank order (a spare in the place of a node it replaced)."""
+        return [host for host, _address in self.nodes]
+
     def send(self, message: dict) -> None:
-        message = dict(message, run=self.run_id, rank=self.rank, sent_at=time.time())
+        message = dict(message, run=self.run_id, rank=self.rank, host=self.me[0], sent_at=time.time(),
+                       members=self.members() if self.spares else None)
         datagram = sign(self.key, message)
-        for rank in self.peers():
+        for address in [self.nodes[rank][1] for rank in self.peers()] + [
+                address for host, address in self.spares if host != self.me[0] and host not in self.members()]:
             try:
-                self.sock.sendto(datagram, (self.nodes[rank][1], self.port))
+                self.sock.sendto(datagram, (address, self.port))
             except OSError:
                 pass  # unreachable just now: its silence is what the others will notice
+
+    def replace(self, rank: int, spare: str) -> None:
+        """The spare host takes node rank rank's place: its heartbeats are that rank's from now on, and its join
+        is counted from now (what the replaced node said is forgotten)."""
+        address = dict(self.spares)[spare]
+        self.nodes[rank] = (spare, address)
+        for known in (self.heard, self.news, self.offsets):
+            known.pop(rank, None)
+        self.joined[rank] = self.clock()
+
+    def ready_spares(self) -> list[str]:
+        """The spares that can take a node's place now, in inventory order: heard within lost_after_s, in standby,
+        and not a member already."""
+        now = self.clock()
+        return [host for host, _address in self.spares if host not in self.members()
+                and now - self.spare_heard.get(host, float("-inf")) <= self.lost_after_s
+                and self.spare_news.get(host, {}).get("phase") == HeartbeatPhase.STANDBY]
 
     def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
         """Take in every heartbeat that arrives within timeout_s; call on_extra(extra[fd]) for ready extra fds."""
@@ -121,13 +151,22 @@ class Gang:
             except OSError:
                 return
             message = verify(self.key, datagram)
-            rank = message.get("rank") if message else None
-            if message and message.get("run") == self.run_id and isinstance(rank, int) and rank in self.peers():
-                self.heard[rank] = self.clock()
-                self.news[rank] = message
-                if isinstance(message.get("sent_at"), (int, float)):
-                    offset = time.time() - float(message["sent_at"])
-                    self.offsets[rank] = min(offset, self.offsets.get(rank, offset))
+            if message and message.get("run") == self.run_id:
+                self._take(message)
+
+    def _take(self, message: dict) -> None:
+        """Note an authentic heartbeat of this run: a member's (by rank, from the host that holds that rank now; a
+        node a spare replaced is not heard any more) or a spare's."""
+        rank, host = message.get("rank"), message.get("host")
+        if isinstance(rank, int) and rank in self.peers() and host in (None, self.nodes[rank][0]):
+            self.heard[rank] = self.clock()
+            self.news[rank] = message
+            if isinstance(message.get("sent_at"), (int, float)):
+                offset = time.time() - float(message["sent_at"])
+                self.offsets[rank] = min(offset, self.offsets.get(rank, offset))
+        elif host in dict(self.spares) and host not in self.members():
+            self.spare_heard[host] = self.clock()
+            self.spare_news[host] = message
 
     def lost(self) -> list[int]:
         """The peers that have stopped answering (or never answered within the join timeout)."""
@@ -138,7 +177,7 @@ class Gang:
                 continue  # it has ended for good and said so
             heard = self.heard.get(rank)
             if heard is None:
-                if now - self.started > self.join_timeout_s:
+                if now - self.joined.get(rank, self.started) > self.join_timeout_s:
                     found.append(rank)
             elif now - heard > self.lost_after_s:
                 found.append(rank)
@@ -154,7 +193,7 @@ class Gang:
 
     def silent_s(self, rank: int) -> float:
         """How long since peer rank's last heartbeat arrived here (since the join if it never did)."""
-        return self.clock() - self.heard.get(rank, self.started)
+        return self.clock() - self.heard.get(rank, self.joined.get(rank, self.started))
 
     def last_heard_wall(self, rank: int) -> float:
         """When peer rank was last heard, as wall-clock time (its join started this node's wait if never)."""

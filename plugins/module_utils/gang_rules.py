@@ -103,8 +103,14 @@ def no_restart_for(parts: list[dict]) -> str | None:
     return None
 
 
-# Why a restart happens, and when restarting is no use: the same failure again soon after a restart.
-RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason", "signature"))
+# Why a restart happens, and when restarting is no use: the same failure again soon after a restart; and which spare
+# takes which node rank's place in it ({node_rank: spare host}).
+RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason", "signature", "replaced"),
+                                         defaults=({},))
+# What a node knows of the gang's spares when it decides: the hosts of the node ranks now (rank order), the spares
+# ready to take a place (inventory order), this node's own rank, and what a peer that has already decided the next
+# attempt announced in its heartbeats: (its members, why), or None.
+SpareView = collections.namedtuple("SpareView", ("members", "ready", "rank", "announced"), defaults=(None,))
 
 
 def _failed_on_its_own(parts: list[dict]) -> list[dict]:
@@ -115,20 +121,73 @@ def _failed_on_its_own(parts: list[dict]) -> list[dict]:
 
 def failure_signature(parts: list[dict]) -> tuple:
     """What failed, alike on every node that heard the same parts: each part that failed by itself, by node rank,
-    with its outcome and exit code or signal (a hang: the outcome alone; a hardware fault: its reason)."""
+    with its outcome and exit code or signal (a hang: the outcome and the frame the ranks were in, where stacks were
+    taken; a hardware fault: its reason)."""
     return tuple((int(p.get("rank", -1)), str(p.get("outcome")),
-                  None if p.get("outcome") == JobState.HUNG else (p.get("signal") or p.get("exit_code")),
+                  p.get("hung_in") if p.get("outcome") == JobState.HUNG else (p.get("signal") or p.get("exit_code")),
                   p.get("reason") if p.get("hardware_fault") else None) for p in _failed_on_its_own(parts))
 
 
+def _cut_off(lost: list[int], view: SpareView) -> str | None:
+    """Why this node may not replace the lost ones: it hears half the gang or less (with node 0 among the lost, when
+    exactly half), so it may be the one cut off; the side that holds the majority (or node 0) carries on."""
+    alive = len(view.members) - len(lost)
+    if alive * 2 > len(view.members) or (alive * 2 == len(view.members) and 0 not in lost):
+        return None
+    return ("not restarting: this node (%s) lost contact with %s, half the gang or more; if it is the one cut off, "
+            "the others carry on without it" % (view.members[view.rank], ", ".join(view.members[r] for r in lost)))
+
+
+def replacement(bad: list[int], view: SpareView) -> dict[int, str]:
+    """Which spare takes each bad node rank's place: the ready spares in inventory order, to the bad ranks in rank
+    order; {} when there are fewer ready spares than bad nodes (a gang is launched whole, or not at all)."""
+    ranks = sorted(set(bad))
+    if len(view.ready) < len(ranks):
+        return {}
+    return dict(zip(ranks, view.ready))
+
+
+def _replacing(parts: list[dict], lost: dict, view: SpareView | None) -> tuple[dict[int, str], str | None]:
+    """The spares that take the places of the lost nodes and of those with a hardware fault, or why the gang cannot
+    go on (cut off; not enough spares: None then, for the caller to say what failed)."""
+    members = view.members if view else []
+    lost_ranks = [members.index(host) for host in lost if host in members]
+    bad = lost_ranks + [int(p.get("rank", -1)) for p in parts if p.get("hardware_fault")]
+    if not bad or view is None:
+        return {}, None
+    cut_off = _cut_off(lost_ranks, view) if lost_ranks else None
+    return ({}, cut_off) if cut_off else (replacement(bad, view), None)
+
+
+def _follow(parts: list[dict], view: SpareView) -> RestartDecision:
+    """A peer decided the next attempt first (it heard a loss sooner; view.announced): its members are taken as they
+    are, so that the gang stays one, unless they leave this node out (it was replaced, by the side that carried on)."""
+    members, why = view.announced
+    replaced = {rank: host for rank, host in enumerate(members) if host != view.members[rank]}
+    if view.rank in replaced:
+        return RestartDecision("not restarting: %s took this node's place (node_rank %d): %s"
+                               % (replaced[view.rank], view.rank, why), why, ())
+    return RestartDecision(None, why, failure_signature(parts), replaced)
+
+
 def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
-                     min_progress_s: float, lost: dict | None = None) -> RestartDecision:
-    """Whether a failed attempt is launched again (restarts remaining): not after a hardware fault (no_restart_for),
-    nor when it failed the same way as the attempt before within min_progress_s of its start, nor when a node was
-    lost (lost: {host: when last heard}), with no spare node to take its place; with why it failed, for the
-    restart's GPUFLEET_RESTART_REASON, the log and the report."""
+                     min_progress_s: float, lost: dict | None = None, spares: SpareView | None = None
+                     ) -> RestartDecision:
+    """Whether a failed attempt is launched again (restarts remaining), and with which spares: a lost node (lost:
+    {host: when last heard}) or one with a hardware fault is replaced by a ready spare at its node rank
+    (replacement); without one, the gang is not launched again (a hardware fault would meet the same GPU again);
+    nor when it failed the same way as the attempt before within min_progress_s of its start. With why it failed,
+    for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
+    if spares is not None and spares.announced:
+        return _follow(parts, spares)
+    replaced, cut_off = _replacing(parts, lost or {}, spares)
+    if cut_off:
+        return RestartDecision(cut_off, "%s lost" % ", ".join(sorted(lost or {})), ())
+    taking = "; ".join("%s takes node_rank %d" % (spare, rank) for rank, spare in sorted(replaced.items()))
     if lost:
         said = ", ".join(sorted(lost))
+        if replaced:
+            return RestartDecision(None, "%s lost; %s" % (said, taking), (), replaced)
         return RestartDecision("not restarting: %s lost, and no spare node is available to take %s place"
                                % (said, "its" if len(lost) == 1 else "their"), "%s lost" % said, ())
     failed = _failed_on_its_own(parts)
@@ -136,11 +195,12 @@ def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: 
     rank = int(first.get("rank", 0))
     reason = str(first.get("reason")) if first.get("outcome") == JobState.HUNG else describe(host_of(rank), rank, first)
     signature = failure_signature(parts)
-    refused = no_restart_for(parts)
+    refused = None if replaced else no_restart_for(parts)
     if refused is None and earlier == signature and ran_s < min_progress_s:
         refused = ("not restarting: the same failure twice within %g s of a restart (min_progress_s): %s"
                    % (min_progress_s, reason))
-    return RestartDecision(refused, reason, signature)
+    return RestartDecision(refused, "%s; %s" % (reason, taking) if replaced else reason, signature,
+                           {} if refused else replaced)
 
 
 def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:

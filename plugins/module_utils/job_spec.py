@@ -37,6 +37,9 @@ class JobSpec:
     secret_env_sha256: str = ""
     # The job's nodes as (inventory host, address) in rank order: the gang whose supervisors watch each other.
     nodes: tuple[tuple[str, str], ...] = ()
+    # The spare nodes (inventory host, address), in inventory order: each stands by to take a lost node's rank
+    # (spares.py). On a spare's own spec, node_rank is len(nodes) + its index.
+    spares: tuple[tuple[str, str], ...] = ()
     # Seconds between heartbeats (UDP, on master_port's number).
     heartbeat_s: float = Defaults.HEARTBEAT_S
     # Heartbeats a node may miss before the others count it lost and stop.
@@ -85,6 +88,7 @@ class JobSpec:
         data["env"] = dict(self.env)
         data["env_files"] = list(self.env_files)
         data["nodes"] = [list(node) for node in self.nodes]
+        data["spares"] = [list(node) for node in self.spares]
         data["restart_ports"] = list(self.restart_ports)
         data["slots"] = list(self.slots)
         for name in ("container_volumes", "container_ulimits", "container_run_args"):

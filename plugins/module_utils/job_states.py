@@ -51,6 +51,8 @@ class JobState(str, enum.Enum):
     starting -> running -> succeeded | failed | hung | stopped      the supervisor writes these in state.json
     running -> stopping -> stopped                                   a stop request, or another node's failure
     running -> restarting -> running                                 max_restarts: the whole gang starts again
+    standby -> running | unused                                      a spare node: it waits, running no rank, and
+                                                                     takes a lost or faulted node's place (spares.py)
     lost          state.json says running but its supervisor is gone (job_status decides)
     absent        there is no such job on the node (job_status)
     unreachable   the node stopped answering the controller (job_wait decides)
@@ -64,6 +66,8 @@ class JobState(str, enum.Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     RESTARTING = "restarting"
+    STANDBY = "standby"
+    UNUSED = "unused"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -82,6 +86,7 @@ class HeartbeatPhase(str, enum.Enum):
 
     RUNNING = "running"
     ENDED = "ended"
+    STANDBY = "standby"  # a spare's: ready to take a node's place
 
     def __str__(self) -> str:
         return str.__str__(self)
@@ -91,8 +96,10 @@ class HeartbeatPhase(str, enum.Enum):
 # of another node").
 STOPPED_FOR = "stopped_for"
 # Derived sets of states.
-ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.RESTARTING)
-ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.HUNG, JobState.LOST)  # on the node
+ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.RESTARTING,
+                 JobState.STANDBY)
+ENDED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.HUNG, JobState.LOST,  # on the node
+                JobState.UNUSED)
 WAIT_ENDED_STATES = ENDED_STATES + (JobState.ABSENT, JobState.UNREACHABLE)  # where the controller's wait stops
 # Outcomes of one node's part of one attempt that end the attempt for the whole gang (supervisors).
 GANG_FAILURE_STATES = (JobState.FAILED, JobState.STOPPED, JobState.HUNG)
@@ -160,6 +167,10 @@ class Defaults:
     # Seconds between two samples of a node's GPUs while the job runs (gpu_watch.py); 0 samples nothing.
     GPU_SAMPLE_S = 10.0
 
+
+# Launchers whose nodes a spare can stand in for: each node runs its own part, with the node rank, master address and
+# ranks per node the supervisor gives it (launch.sh's GPUFLEET_NODE_RANK, GPUFLEET_MASTER_ADDR, GPUFLEET_NPROC).
+SPARE_LAUNCHERS = ("torchrun",)
 
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")

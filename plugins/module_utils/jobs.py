@@ -303,8 +303,9 @@ def _start_supervisor(path: str, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         current = status(path)
-        if current["state"] not in (JobState.STARTING, JobState.ABSENT) and current.get("pid"):
-            return current
+        if current["state"] == JobState.STANDBY or (
+                current["state"] not in (JobState.STARTING, JobState.ABSENT) and current.get("pid")):
+            return current  # running (a spare: standing by, running nothing until it takes a node's place)
         if current["state"] in ENDED_STATES:
             raise JobError("the supervisor of %s could not start the job: %s"
                            % (path, current.get("error") or current.get("lost_reason") or current["state"]))

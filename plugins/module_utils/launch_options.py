@@ -20,7 +20,7 @@ import os
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, jobs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
 from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import SCHEDULERS, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     ENV_NAME_RE,
@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script imp
 GROUPS: dict[str, dict] = {
     "gang": {
         "nodes": {"type": "list", "elements": "list"},
+        "spares": {"type": "list", "elements": "list", "default": []},
         "key": {"type": "str", "no_log": True},
         "slots": {"type": "list", "elements": "int", "default": []},
         "heartbeat_s": {"type": "float", "default": Defaults.HEARTBEAT_S},
@@ -138,8 +139,10 @@ def problem(values: dict) -> str:
 def _basic_problem(values: dict) -> str:
     if not jobs.JOB_NAME_RE.match(values["job"]):
         return "job: %r is not a valid job name (letters, digits, '.', '_', '-'; no '/', no spaces)" % values["job"]
-    if not 0 <= values["node_rank"] < values["nnodes"]:
-        return "node_rank: %d is outside 0..nnodes-1 (nnodes=%d)" % (values["node_rank"], values["nnodes"])
+    spares = len(values["spares"] or [])
+    if not 0 <= values["node_rank"] < values["nnodes"] + spares:
+        return "node_rank: %d is outside 0..nnodes-1 (nnodes=%d)%s" % (
+            values["node_rank"], values["nnodes"], ", or a spare's nnodes..nnodes+%d" % (spares - 1) if spares else "")
     if values["nproc_per_node"] is not None and values["nproc_per_node"] < 1:
         return "nproc_per_node: must be at least 1, got %d" % values["nproc_per_node"]
     if values["script_content"] is not None and os.path.isabs(values["script"]):
@@ -163,6 +166,10 @@ def _gang_problem(values: dict) -> str:
         return "gang.slots: must give the ranks of each of the %d nodes, got %d" % (len(nodes), len(values["slots"]))
     if values["launcher"] in SINGLE_ENTRY and values["nnodes"] > 1 and not nodes:
         return "launcher: %s needs gang.nodes, the job's nodes in rank order" % values["launcher"]
+    spares = values["spares"] or []
+    if spares and (len(nodes) < 2 or values["launcher"] not in SPARE_LAUNCHERS or any(len(s) != 2 for s in spares)):
+        return ("gang.spares: spare nodes stand in for the nodes of a %s job of two nodes or more (gang.nodes), each "
+                "given as [name, address]" % " or ".join(SPARE_LAUNCHERS))
     return ""
 
 
@@ -193,6 +200,7 @@ def job_spec(values: dict, gpus_found: int) -> JobSpec:
         secret_env_sha256=secret_env_sha256(as_strings(values["secret_env"])),
         env=tuple(sorted((str(k), str(v)) for k, v in values["env"].items())),
         nodes=tuple((str(node[0]), str(node[1])) for node in values["nodes"] or []),
+        spares=tuple((str(node[0]), str(node[1])) for node in values["spares"] or []),
     )
     for name, value in fields.items():
         if isinstance(value, list):

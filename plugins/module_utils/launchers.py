@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output impor
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 HOSTFILE = "hostfile"
+CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "ranks.json"
 
 
@@ -85,6 +86,9 @@ def contract_env(spec, job_dir: str) -> dict[str, str]:
         "MLP_MPI_NP": str(world),
         # Live logs: progress lines reach job.log (and the hang watchdog) as they are printed.
         "PYTHONUNBUFFERED": "1",
+        # Where the job keeps its checkpoints, per job, on each node (the job's env may name shared storage instead);
+        # kept across relaunches and restarts, which resume from it (examples/train.py).
+        "GPUFLEET_CHECKPOINT_DIR": os.path.join(job_dir, CHECKPOINT_DIR),
     }
 
 
@@ -157,9 +161,14 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
     script = [spec.script] + list(spec.script_args)
     world = sum(count for _h, _a, count in nodes_of(spec))
     if spec.launcher == "torchrun":
-        port = "--master-port=%d" % spec.master_port
-        return ["--master-port=@MASTER_PORT@" if part == port else part
-                for part in torchrun_command(spec, os.path.join(job_dir, "torchelastic"))]
+        parts = torchrun_command(spec, os.path.join(job_dir, "torchelastic"))
+        fixed = {"--master-port=%d" % spec.master_port: "--master-port=@MASTER_PORT@"}
+        if spec.spares:  # a spare may take a node's rank, node 0's address may change: the attempt says (spares.py)
+            fixed.update({"--node-rank=%d" % spec.node_rank: "--node-rank=@NODE_RANK@",
+                          "--master-addr=%s" % spec.master_addr: "--master-addr=@MASTER_ADDR@",
+                          "--nproc-per-node=%d" % spec.nproc_per_node: "--nproc-per-node=@NPROC@"})
+        agent = len(parts) - len(spec.script_args) - 1  # torchrun's own arguments, before the script's
+        return [fixed.get(part, part) for part in parts[:agent]] + parts[agent:]
     if spec.launcher == "deepspeed":
         # Each rank's output into a file of its own, which the supervisor copies, tagged, into the log (rank_output.py).
         return [spec.python, "-m", "deepspeed.launcher.runner", "--hostfile=%s" % os.path.join(job_dir, HOSTFILE),
@@ -189,7 +198,25 @@ PLACEHOLDERS = {
     "@MASTER_PORT@": '"${GPUFLEET_MASTER_PORT}"',
     "@ROOT_OPTS@": '${GPUFLEET_MPI_ROOT_OPTS}',
     "@IFACE_OPTS@": '${GPUFLEET_IFACE_OPTS}',
+    "@NODE_RANK@": '"${GPUFLEET_NODE_RANK}"',
+    "@MASTER_ADDR@": '"${GPUFLEET_MASTER_ADDR}"',
+    "@NPROC@": '"${GPUFLEET_NPROC}"',
 }
+
+
+def place_prelude(spec) -> str:
+    """With spares: shell lines that take this part's node rank, master address and ranks from the supervisor's
+    attempt (a spare takes a lost node's rank; node 0's address changes when a spare replaces it), defaulting to the
+    launch's, and export the contract's names of them over the job's environment file's."""
+    if not spec.spares:
+        return ""
+    return ("# A spare may take a node's place: the supervisor gives each attempt this part's node rank, node 0's address\n"
+            "# and the ranks on this node (spares.py); run by hand, the launch's own.\n"
+            "GPUFLEET_NODE_RANK=${GPUFLEET_NODE_RANK:-%d} GPUFLEET_MASTER_ADDR=${GPUFLEET_MASTER_ADDR:-%s} "
+            "GPUFLEET_NPROC=${GPUFLEET_NPROC:-%d}\n"
+            "export NODE_RANK=$GPUFLEET_NODE_RANK MLP_ROLE_INDEX=$GPUFLEET_NODE_RANK MASTER_ADDR=$GPUFLEET_MASTER_ADDR "
+            "MLP_WORKER_0_HOST=$GPUFLEET_MASTER_ADDR\n"
+            % (spec.node_rank, shlex.quote(spec.master_addr), spec.nproc_per_node))
 
 
 def render_command(parts: list[str]) -> str:

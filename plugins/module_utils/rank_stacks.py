@@ -67,6 +67,14 @@ def render_stacks(host: str, dumps: list[dict]) -> str:
     return "\n".join(out)
 
 
+def hung_in(stacks: dict | None) -> str | None:
+    """Where a hang's ranks on this node were, alike from one hang to the next in the same place: each read rank's
+    innermost frame (function and file, not the line), sorted; None when no stack was taken."""
+    frames = sorted({"%s (%s)" % (r["frames"][0][0], r["frames"][0][1]) for r in (stacks or {}).get("ranks") or []
+                     if r.get("frames")})
+    return "; ".join(frames) or None
+
+
 def stacks_said(stacks: dict) -> str:
     """The supervisor's log line about a dump: the ranks read, or why none was."""
     taken = [str(r["rank"]) for r in stacks["ranks"] if not r["error"]]

@@ -45,27 +45,16 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_events import Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RankOutput
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S, StackDump, stacks_said
+from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import (
+    DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spares import replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
     attempt_verdict, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
-    EXIT_CODE_FILE,
-    GANG_KEY_FILE,
-    LOG_FILE,
-    SINGLE_ENTRY,
-    SPEC_FILE,
-    STATE_FILE,
-    STOP_REQUEST_FILE,
-    STOPPED_FOR,
-    Defaults,
-    HeartbeatPhase,
-    JobState,
-    PartOutcome,
-    StopReason,
-    read_stop_request,
-)
+    EXIT_CODE_FILE, GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STATE_FILE, STOP_REQUEST_FILE, STOPPED_FOR,
+    Defaults, HeartbeatPhase, JobState, PartOutcome, StopReason, read_stop_request)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime, runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
 
@@ -118,7 +107,7 @@ class Supervisor:
         self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
         self.ranks = RankWatch(self.token, self.events.rank_ended)  # the run's ranks, and when the first ended
         # The node's GPUs (gpu_watch.py): sampled into gpus.csv; a new hardware XID fails this node's part at once.
-        nodes = spec.get("nodes") or []
+        nodes = (spec.get("nodes") or []) + (spec.get("spares") or [])  # a spare's node_rank is past the nodes'
         self.node_rank = rank = int(spec.get("node_rank") or 0)
         self.host = str(nodes[rank][0]) if rank < len(nodes) else "this node"
         self.gpu_watch = GpuWatch(job_dir, self.host, float(spec.get("health_sample_s") or 0),
@@ -171,7 +160,8 @@ class Supervisor:
             "signal": outcome.get("signal"), "reason": outcome.get("reason"),
             STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
             "hardware_fault": bool(outcome.get("hardware_fault")), "stacks_taken": self.stacks_taken,
-            "stacks_wanted": bool(outcome.get("stacks_wanted")),
+            "stacks_wanted": bool(outcome.get("stacks_wanted")), "restart_reason": self.restart_reason,
+            "hung_in": hung_in(self.state.get("stacks")),
         })
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
@@ -268,7 +258,7 @@ class Supervisor:
         'succeeded' (every part succeeded), 'failed' (a part failed or the job hung: a restart may help), 'stopped'
         (stopped by a user: no restart) or 'lost' (a node stopped answering: no restart either).
         """
-        parts = [dict(self.ended.as_dict(), rank=self.node_rank)]
+        parts = [dict(self.ended.as_dict(), rank=self.node_rank, hung_in=hung_in(self.state.get("stacks")))]
         if self.gang.peers():
             self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
@@ -301,7 +291,8 @@ class Supervisor:
             return False
         decision = restart_decision(parts, lambda rank: self.host if rank == self.node_rank else self.gang.host(rank),
                                     self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s,
-                                    self.state.get("peers_lost") if gang == JobState.LOST else None)
+                                    self.state.get("peers_lost") if gang == JobState.LOST else None,
+                                    spare_view(self.gang, self.attempt))
         self.last_failure, self.restart_reason = decision.signature, decision.reason
         if decision.refused:
             self.log(decision.refused)
@@ -309,6 +300,8 @@ class Supervisor:
             return False
         self.log("restarting after: %s" % decision.reason)
         self.save(restarts=self.state.get("restarts", []) + [decision.reason])
+        if decision.replaced:
+            replace_nodes(self, decision.replaced, decision.reason, parts)
         return True
 
     # -- the whole run ------------------------------------------------------------------------------------------
@@ -326,6 +319,9 @@ class Supervisor:
             self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.ended.reason)
             return 1
         self.save()
+        if self.spec.get("spares") and self.node_rank >= len(self.spec["nodes"]) and not stand_by(self):  # unneeded
+            self._write_exit_code(0)
+            return unused(self)
         self.log(self.gpu_watch.start())
         while True:
             port = self.ports[self.attempt - 1]

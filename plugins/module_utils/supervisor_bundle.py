@@ -5,7 +5,8 @@
 """The supervisor as it is shipped to the nodes: one file, standard library only, Python 3.8+.
 
 Its parts are read and tested as modules of their own (job_states, job_processes, free_ports, slurm_jobs,
-schedulers, containers, runtimes, gang, gang_rules, gpu_health, gpu_watch, attempt, supervisor); the launch writes
+schedulers, containers, runtimes, gang, gang_rules, gpu_health, gpu_watch, rank_output, rank_stacks, spares,
+attempt, supervisor); the launch writes
 them into the job folder as one file, in that order, with the imports between them removed, so that the node runs it with its own python3 and
 nothing of the collection installed (``python3 supervisor.py JOB_DIR``). No two parts define one top-level name
 (a unit test checks): in the one file, the later would replace the earlier.
@@ -33,11 +34,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (
     runtimes,
     schedulers,
     slurm_jobs,
+    spares,
     supervisor,
 )
 
 PARTS = (job_states, job_events, job_processes, free_ports, slurm_jobs, schedulers, containers, runtimes, gang, gang_rules,
-         gpu_health, gpu_watch, rank_output, rank_stacks, attempt, supervisor)
+         gpu_health, gpu_watch, rank_output, rank_stacks, spares, attempt, supervisor)
 _OWN_PACKAGE = "ansible_collections."
 
 

@@ -126,4 +126,11 @@ decided:
           NodeName), C(host) and C(reason) (C(gpufleet:) and the first fault).
       type: list
       elements: dict
+    spares:
+      description: The spares that stand by, as C([host, ip]) in order - those of the plan's without a problem.
+      type: list
+      elements: list
+    spare_problems:
+      description: Why each other spare of the plan is left out (its first problem, read as a node's), by host.
+      type: dict
 """

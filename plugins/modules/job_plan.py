@@ -72,6 +72,14 @@ options:
     description: The inventory group that lists the nodes in rank order.
     type: str
     default: gpu_nodes
+  spare_group:
+    description:
+      - The inventory group of spare nodes, in the order they are used. Each stands by while the job runs, and takes
+        the node rank of a node that is lost or whose GPU fails, when a restart remains (O(max_restarts)).
+      - Spares serve torchrun jobs of two nodes or more under C(scheduler=ssh); otherwise they are left out, said in
+        the plan's C(spares_note). Hosts of O(group) are never spares. A missing or empty group is no spare.
+    type: str
+    default: gpu_spares
   hang_timeout:
     description: Seconds without output on every node before the job counts as hung (a whole number >= 1); unset is off.
     type: raw
@@ -157,6 +165,24 @@ plan:
       description: The C([host, ip]) pairs in rank order that the nodes' supervisors watch each other by.
       type: list
       elements: list
+    spares:
+      description: The spare nodes this job uses, as C(nodes) lists the nodes; a spare's C(node_rank) is past the nodes'.
+      type: list
+      elements: dict
+    spare_hosts:
+      description: The hosts of C(spares), in order.
+      type: list
+      elements: str
+    bad_nodes:
+      description:
+        - What to say of each host of the job (a node or a spare) that a spare replaced for a hardware fault in an
+          earlier job on this controller (a file in C(<logs_dir>/bad-nodes/), which the report writes), with how to
+          clear it.
+      type: list
+      elements: str
+    spares_note:
+      description: Why the hosts of O(spare_group) are not used by this job (its launcher, scheduler or size), or empty.
+      type: str
     hang_timeout:
       description: The hang watchdog's timeout in seconds, or null when off.
       type: int

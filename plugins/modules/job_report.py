@@ -38,7 +38,10 @@ options:
     elements: dict
     required: true
   logs_dir:
-    description: Controller folder of the fetched logs; the table then shows C(<logs_dir>/<host>.log).
+    description:
+      - Controller folder of the fetched logs; the table then shows C(<logs_dir>/<host>.log).
+      - A node a spare replaced for a hardware fault is remembered in C(bad-nodes/<host>) beside it (in the folder
+        above O(logs_dir)), so that the next M(gpufleet.cluster.job_plan) with that node warns.
     type: str
   samples_dir:
     description:
@@ -104,6 +107,11 @@ stacks:
   returned: always
   type: str
   sample: "ranks 0–3, 5 in all_reduce (train.py:42), rank 4 in load_next_batch (train.py:38): rank 4 on node2 is the likely cause"
+replaced:
+  description: Which spare node replaced which node, from which attempt and why; empty when no spare took a place.
+  returned: always
+  type: str
+  sample: "node3 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node3 takes node_rank 1"
 flight_recorder:
   description:
     - With O(logs_dir), what the dumps of PyTorch's flight recorder fetched into C(<logs_dir>/flight_recorder/) say

@@ -57,6 +57,9 @@ class NodeDecisions:
     no_gpu: list[str] = field(default_factory=list)
     # Under Slurm, the nodes the GPU health gate refuses, to drain with the fault as reason (name, host, reason).
     slurm_drain: list[dict[str, str]] = field(default_factory=list)
+    # The spares that stand by ([host, ip], in order; the same list on every node) and why the others do not.
+    spares: list[list[str]] = field(default_factory=list)
+    spare_problems: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,6 +160,26 @@ def node_nproc(host: str, probe: Mapping[str, Any], plan: Mapping[str, Any], gpu
     return max(int(probe.get("gpu_count") or 0), 1)
 
 
+def spare_problem(node: Mapping[str, Any], probe: Mapping[str, Any] | None, plan: Mapping[str, Any],
+                  settings: NodeSettings, force: bool, health: "_GpuHealth", slots: list[int]) -> tuple[str, int]:
+    """A spare's first problem, read as a node's (its setup, its GPUs' health), or that it still stands by for an
+    earlier run of the job, or has fewer GPUs than a node's ranks; '' when it can take any node's place. With the
+    ranks it can run."""
+    host = node["host"]
+    if probe is None:
+        return "%s: its probe failed" % host, 0
+    try:
+        nproc = node_nproc(host, probe, plan, settings.gpus.get(host))
+    except ValueError as exc:
+        return str(exc), 0
+    problem = node_problem(host, node["ip"], probe, plan, settings, health.judge(host, probe, settings, nproc))
+    if not problem and (probe.get("job") or {}).get("running") and not force:
+        problem = "%s: job %s is still running there (force=true stops it first)" % (host, plan["job"])
+    if not problem and slots and nproc < max(slots):
+        problem = "%s: runs %d ranks, fewer than the %d of a node it would replace" % (host, nproc, max(slots))
+    return problem, nproc
+
+
 def running_refusal(job: str, running_hosts: list[str]) -> str:
     """The refusal to launch a job name still running (force=true stops it first)."""
     return ("job %s is still running on %s; stop it with playbooks/stop.yml -e job=%s, or launch again with "
@@ -188,6 +211,13 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     running = [host for host in plan["hosts"] if (probes.get(host) or {}).get("job", {}).get("running")]
     refusal = running_refusal(plan["job"], running) if running and not force else ""
     slots = [nproc.get(host, 0) for host in plan["hosts"]]
+    spares, spare_problems = [], {}
+    for node in plan.get("spares") or []:
+        problem, nproc[node["host"]] = spare_problem(node, probes.get(node["host"]), plan, settings, force, health, slots)
+        if problem:
+            spare_problems[node["host"]] = problem
+        else:
+            spares.append([node["host"], node["ip"]])
     scheduler = schedulers.scheduler_of(plan.get("scheduler"))
     at_start = scheduler.picks_ports_at_start
     if at_start:
@@ -211,6 +241,7 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
         master_port=master_port, restart_ports=restart_ports,
         # The ports are checked between the nodes where the controller chose them, before a new launch.
         check_ports=not at_start and int(plan.get("nnodes") or 0) > 1 and not running,
-        slurm=allocation, gpu_warnings=health.warnings, no_gpu=health.no_gpu,
+        slurm=allocation, gpu_warnings=health.warnings, no_gpu=health.no_gpu, spares=spares,
+        spare_problems=spare_problems,
         slurm_drain=slurm_batch.drain_orders(slurm_answer, plan["nodes"], health.faults)
         if scheduler.allocates_nodes and slurm_answer is not None else [])

@@ -20,6 +20,7 @@ from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import JOB_NAME_RE
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_processes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SPARE_LAUNCHERS
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE
 
 NODE_GROUP = "gpu_nodes"
@@ -164,6 +165,22 @@ def plan_nodes(
         seen[ip] = host
         planned.append({"host": host, "node_rank": rank, "address": address, "ip": ip, "address_variable": variable})
     return planned
+
+
+def spares_note(spare_hosts: Sequence[str], launcher: str, scheduler: str, nnodes: int, group: str) -> str:
+    """Why the spare group's hosts are not used by this job, or '' (none, or used): a spare takes a node's rank only in
+    a torchrun job of two nodes or more launched over SSH (spares.py)."""
+    if not spare_hosts:
+        return ""
+    why = ""
+    if scheduler != "ssh":
+        why = "under scheduler=%s, a restart runs on the nodes the scheduler gives" % scheduler
+    elif launcher not in SPARE_LAUNCHERS:
+        why = "launcher=%s starts the ranks from one place; spares stand in for %s jobs" % (
+            launcher, " and ".join(SPARE_LAUNCHERS))
+    elif nnodes < 2:
+        why = "a job on one node has no other node to notice it lost"
+    return "spare nodes of group '%s' (%s) are not used: %s" % (group, ", ".join(spare_hosts), why) if why else ""
 
 
 def new_run_id() -> str:

@@ -56,11 +56,35 @@ def _exit(result: Mapping[str, Any]) -> str:
     return "-" if code is None else str(code)
 
 
+def replacements(results: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each node a spare replaced, by host: what the members recorded (spares.py: node_rank, by, attempt, why, at)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for result in results:
+        for record in result.get("replaced") or []:
+            found.setdefault(str(record.get("host")), record)
+    return found
+
+
+def replacements_said(results: Sequence[Mapping[str, Any]]) -> str:
+    """'node3 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; ...', or ''."""
+    return "; ".join("%s replaced %s (node_rank %s) from attempt %s, after: %s" % (
+        r.get("by"), host, r.get("node_rank"), r.get("attempt"), r.get("why")) for host, r in replacements(results).items())
+
+
+def _current(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The results of the nodes that ran the job's last attempt: a node a spare replaced is not one of them."""
+    replaced = replacements(results)
+    return [r for r in results if str(r.get("host")) not in replaced]
+
+
 def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     rows = []
+    replaced = replacements(results)
     for result in results:
         state = str(result.get("state", "?"))
-        if state == JobState.STOPPED and result.get("interrupted"):
+        if str(result.get("host")) in replaced:
+            state = "replaced by %s" % replaced[str(result.get("host"))].get("by")
+        elif state == JobState.STOPPED and result.get("interrupted"):
             state = "stopped (Ctrl-C)"
         elif state == JobState.STOPPED and result.get(STOPPED_FOR):
             state = "stopped (gang)"
@@ -112,7 +136,7 @@ def first_failure(results: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | N
     and their launchers may well end first. A lost or unreachable node's time is when the other nodes' supervisors
     last heard its heartbeat.
     """
-    failed = [r for r in results if r.get("state") in FAILURE_STATES]
+    failed = [r for r in _current(results) if r.get("state") in FAILURE_STATES]
     if not failed:
         return None
     # A node whose GPU raised a hardware XID while the job ran is the cause, even when a rank elsewhere, failing in a
@@ -168,6 +192,7 @@ def _the_others(results: Sequence[Mapping[str, Any]], cause: Mapping[str, Any]) 
     """What the message says after the first failure: the nodes that failed after it, those stopped, and why the
     job was not restarted though restarts remained (a GPU fault says so beside the fault)."""
     said = []
+    results = _current(results)
     later = [str(r.get("host")) for r in results if r is not cause and r.get("state") in FAILURE_STATES]
     if later:  # often a rank that failed in a collective because the first rank had gone
         said.append("; failed after it: %s" % ", ".join(later))

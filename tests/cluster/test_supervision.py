@@ -16,6 +16,7 @@ import signal
 import time
 
 import pytest
+import yaml
 
 import testbed
 from bounds import report as report_bound
@@ -225,6 +226,95 @@ def test_a_node_whose_container_stops_mid_training_attached(cluster):
     # (node0's and node1's ranks may fail in gloo before their supervisors stop them: "failed after it" or "stopped")
     assert "; not restarting: node2 lost, and no spare node is available to take its place." in said, said[-3000:]
     assert {"node0", "node1"} <= set(logs_fetched(cluster, job))
+
+
+def _with_spare(cluster):
+    """The cluster's inventory with node0 and node1 as the job's nodes and node2 as their spare (group gpu_spares)."""
+    with open(cluster.inventory) as handle:
+        inventory = yaml.safe_load(handle)
+    nodes = inventory["gpu_nodes"]
+    spare = {"node2": nodes["hosts"].pop("node2")}
+    inventory["gpu_spares"] = {"hosts": spare, "vars": dict(nodes["vars"])}
+    path = os.path.join(cluster.state, "spare-hosts.yml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(inventory, handle)
+    return path
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples",
+                       "train.py")
+# About 20 s of training on 2 ranks (12 epochs of 23 steps, 60 ms a step), a checkpoint every 10 steps.
+SPARE_ARGS = ("-e", "script=%s" % EXAMPLE, "-e", "nproc_per_node=1", "-e", "max_restarts=2",
+              "-e", "script_args='--epochs 12 --checkpoint-every 10 --step-s 0.06'")
+
+
+def _stop_node1_after_a_checkpoint(cluster, job, run=None):
+    """Once node0's log shows a saved epoch (a checkpoint exists), node1's container is stopped; it is started again
+    (and its host key scanned) by the caller's finally."""
+    wait_for(cluster, job, lambda: "epoch 2/12" in (cluster.view.node_file("node0", "/root/.gpufleet/jobs/%s/job.log"
+                                                                           % job) or ""),
+             what="node0's second epoch", run=run)
+    stopped_at = time.time()
+    testbed.podman("stop", "--time", "0", testbed.PREFIX + "node1")
+    return stopped_at
+
+
+def _restart_node1(cluster):
+    testbed.podman("start", testbed.PREFIX + "node1")
+    testbed.scan_host_key(cluster.addresses["node1"], testbed.ssh_port(1))
+
+
+def _resumed_on_the_spare(cluster, job):
+    """node2 ran node_rank 1 from attempt 2, and rank 0 resumed from a checkpoint (its step said) and finished."""
+    spare = cluster.view.job_state("node2", job)
+    assert spare["state"] == "succeeded" and spare["node_rank"] == 1, spare
+    assert spare["took_place_of"]["host"] == "node1" and spare["took_place_of"]["attempt"] == 2, spare
+    log = cluster.view.node_file("node0", "/root/.gpufleet/jobs/%s/job.log" % job)
+    resumed = re.search(r"rank 0 resumes from step (\d+) \(epoch \d+\)", log)
+    assert resumed and int(resumed.group(1)) >= 20, log[-3000:]
+    assert "final test_accuracy" in log and "[gpufleet] node2 takes node_rank 1 in place of node1 from attempt 2" in log
+    return int(resumed.group(1))
+
+
+def test_a_lost_node_is_replaced_by_the_spare_which_resumes_from_the_checkpoint_attached(cluster):
+    """2 nodes + 1 spare, max_restarts=2: node1's container is stopped mid-run; the gang restarts with node2 at
+    node_rank 1, resumes from the checkpoint, and succeeds; the report names the replacement."""
+    job = "sup-spare"
+    run = cluster.start_playbook("train.yml", "-e", "job=%s" % job, *SPARE_ARGS, log_name="%s.out" % job,
+                                 inventory=_with_spare(cluster))
+    try:
+        _stop_node1_after_a_checkpoint(cluster, job, run)
+        done = run.finish()
+    finally:
+        _restart_node1(cluster)
+    said = " ".join(done.out.split())
+    assert done.rc == 0, done.out[-4000:]
+    step = _resumed_on_the_spare(cluster, job)
+    assert "Spares: node2 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node2 takes node_rank 1" \
+        in said, said[-3000:]
+    assert re.search(r"^node1\s+1\s+replaced by node2\s", done.out, re.M), done.out[-3000:]
+    assert re.search(r"^node2\s+1\s+succeeded\s+0\s", done.out, re.M), done.out[-3000:]
+    print("resumed from step %d" % step)
+
+
+def test_a_lost_node_is_replaced_by_the_spare_with_no_controller_detached(cluster):
+    """The same, detached: no ansible-playbook runs while node1 is stopped; status.yml says who replaced whom."""
+    job = "sup-spare-detached"
+    inventory = _with_spare(cluster)
+    launched = cluster.playbook("train.yml", "-e", "job=%s" % job, "-e", "wait=false", *SPARE_ARGS,
+                                inventory=inventory)
+    assert launched.rc == 0, launched.out[-3000:]
+    try:
+        stopped_at = _stop_node1_after_a_checkpoint(cluster, job)
+        wait_for(cluster, job, lambda: all((cluster.view.job_state(node, job) or {}).get("state") in TERMINAL
+                                           for node in ("node0", "node2")), timeout=120, what="the job's end")
+    finally:
+        _restart_node1(cluster)
+    step = _resumed_on_the_spare(cluster, job)
+    print("resumed from step %d, %.1f s after node1 was stopped" % (step, time.time() - stopped_at))
+    status = cluster.playbook("status.yml", "-e", "job=%s" % job, inventory=inventory)
+    said = " ".join(status.out.split())
+    assert status.rc == 0 and "Spares: node2 replaced node1 (node_rank 1) from attempt 2" in said, said[-3000:]
 
 
 def test_a_node_cut_off_from_the_network_mid_training_detached(cluster):

@@ -28,8 +28,9 @@ def test_train_succeeds_with_world_size_2_and_fetches_logs(local):
     assert accuracy > 0.9
     assert re.search(r"^node0\s+0\s+succeeded\s+0\s", run.out, re.M)
     assert re.search(r"^node1\s+1\s+succeeded\s+0\s", run.out, re.M)
-    # Global rank 0 saved a checkpoint in the job's code folder on node0.
-    assert (local.job_dir("node0", "train") / "code" / "checkpoints" / "last.pt").is_file()
+    # Each node's local rank 0 saved a checkpoint in its job folder (GPUFLEET_CHECKPOINT_DIR).
+    for node in ("node0", "node1"):
+        assert (local.job_dir(node, "train") / "checkpoints" / "last.pt").is_file()
 
 
 def test_the_wait_reads_each_node_with_one_shell_command_per_poll(local):

@@ -42,7 +42,8 @@ def engines(tmp_path):
             "for i, arg in enumerate(args):\n"
             "    if arg == '--env':\n"
             "        name, _, value = args[i + 1].partition('=')\n"
-            "        inside[name] = value if _ else os.environ[name]\n"
+            "        if _ or name in os.environ:  # as docker and podman do: --env NAME, unset here, sets nothing\n"
+            "            inside[name] = value if _ else os.environ[name]\n"
             "image = args.index(os.environ['IMAGE_ID'])\n"
             "os.execve('/bin/bash', args[image + 1:], inside)\n")
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -109,7 +110,8 @@ def test_podman_runs_the_part_with_what_multi_node_training_needs(engines, fake_
     assert pairs(argv, "--workdir") == [str(job_dir / "code")]
     # Only the run's own variables, by name: no value of the job's environment is in the container's configuration.
     assert pairs(argv, "--env") == ["GPUFLEET_IN_CONTAINER=1", "GPUFLEET_RUN_ID", "GPUFLEET_RUN_TOKEN",
-                                    "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON"]
+                                    "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON",
+                                    "GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC"]
     assert argv[-3:] == [IMAGE_ID, "/bin/bash", str(job_dir / "launch.sh")]
     assert not any(SECRET in arg or "plain value" in arg for arg in argv)
     # Inside: the job's environment and secret sourced from the mounted folder, the attempt's port, the launcher.

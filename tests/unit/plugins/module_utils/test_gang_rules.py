@@ -129,3 +129,85 @@ def test_a_lost_node_with_no_spare_is_not_restarted_and_named():
     decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1700000000.0})
     assert decision.refused == "not restarting: node2 lost, and no spare node is available to take its place"
     assert decision.reason == "node2 lost"
+
+
+# -- spares: who replaces whom (gang_rules.replacement, restart_decision with a SpareView) ----------------------------
+
+MEMBERS = ["node0", "node1", "node2"]
+
+
+def test_a_lost_node_is_replaced_by_the_first_ready_spare_at_its_node_rank():
+    parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"}, {"rank": 2, "outcome": "stopped"}]
+    view = gang_rules.SpareView(MEMBERS, ["spare0", "spare1"], 0)
+    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node1": 1.0}, spares=view)
+    assert decision.refused is None and decision.replaced == {1: "spare0"}
+    assert decision.reason == "node1 lost; spare0 takes node_rank 1"
+
+
+def test_two_lost_nodes_take_the_spares_in_inventory_order_by_node_rank():
+    view = gang_rules.SpareView(MEMBERS + ["node3", "node4"], ["spare0", "spare1", "spare2"], 0)
+    assert gang_rules.replacement([4, 1], view) == {1: "spare0", 4: "spare1"}
+    # A gang is launched whole or not at all: two bad nodes and one spare replace nothing.
+    assert gang_rules.replacement([4, 1], view._replace(ready=["spare0"])) == {}
+
+
+def test_no_ready_spare_left_is_the_no_spare_refusal():
+    view = gang_rules.SpareView(MEMBERS, [], 0)
+    decision = gang_rules.restart_decision([{"rank": 0, "outcome": "stopped"}], HOSTS.__getitem__, None, 50.0, 300,
+                                           lost={"node2": 1.0}, spares=view)
+    assert decision.refused == "not restarting: node2 lost, and no spare node is available to take its place"
+    assert decision.replaced == {}
+
+
+def test_a_node_that_hears_half_the_gang_or_less_replaces_nobody():
+    """The side that may be cut off does not restart: it hears a minority, or exactly half without node 0."""
+    parts = [{"rank": 2, "outcome": "stopped"}]
+    cut_off = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node0": 1.0, "node1": 1.0},
+                                          spares=gang_rules.SpareView(MEMBERS, ["spare0", "spare1"], 2))
+    assert cut_off.refused == ("not restarting: this node (node2) lost contact with node0, node1, half the gang or "
+                               "more; if it is the one cut off, the others carry on without it")
+    two = ["node0", "node1"]
+    # Two nodes: node0 alone with node 0 goes on; node1 alone, without node 0, does not.
+    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0},
+                                       spares=gang_rules.SpareView(two, ["spare0"], 0)).replaced == {1: "spare0"}
+    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0},
+                                       spares=gang_rules.SpareView(two, ["spare0"], 1)).refused.startswith(
+        "not restarting: this node (node1) lost contact with node0, half the gang or more")
+
+
+def test_a_hardware_fault_is_replaced_by_a_spare_instead_of_refused():
+    fault = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"},
+             {"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
+    decision = gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300,
+                                           spares=gang_rules.SpareView(MEMBERS, ["spare0"], 0))
+    assert decision.refused is None and decision.replaced == {1: "spare0"}
+    assert decision.reason == "node1 (node_rank 1) failed: node1 GPU 0: XID 79; spare0 takes node_rank 1"
+    # Without a ready spare, the fault refuses the restart as before.
+    assert gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300, spares=gang_rules.SpareView(
+        MEMBERS, [], 0)).refused.startswith("not restarting: node1 GPU 0: XID 79 is a hardware fault")
+
+
+def test_a_hang_in_the_same_frame_is_the_same_failure_and_in_another_frame_is_not():
+    def hung(where):
+        return [dict(part, hung_in=where) for part in HUNG]
+    first = gang_rules.restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, None, 20.0, 300)
+    again = gang_rules.restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, first.signature,
+                                        20.0, 300)
+    assert again.refused.startswith("not restarting: the same failure twice within 300 s")
+    elsewhere = gang_rules.restart_decision(hung("load (train.py)"), HOSTS.__getitem__, first.signature, 20.0, 300)
+    assert elsewhere.refused is None
+
+
+def test_a_node_that_decides_late_follows_the_members_a_peer_announced():
+    """n2 counts node0 lost after node1 has already replaced it (and the spare, a member now, is no longer ready):
+    it takes node1's members as they are rather than refusing for want of a spare."""
+    parts = [{"rank": 2, "outcome": "stopped", "stopped_for": "node0"}]
+    view = gang_rules.SpareView(MEMBERS, [], 2, (["spare0", "node1", "node2"], "node0 lost; spare0 takes node_rank 0"))
+    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0}, spares=view)
+    assert decision.refused is None and decision.replaced == {0: "spare0"}
+    assert decision.reason == "node0 lost; spare0 takes node_rank 0"
+    # A node the others replaced (it was cut off, and they carried on) does not restart: its place is taken.
+    mine = view._replace(rank=0, announced=(["spare0", "node1", "node2"], "node0 lost; spare0 takes node_rank 0"))
+    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 1.0},
+                                       spares=mine).refused == (
+        "not restarting: spare0 took this node's place (node_rank 0): node0 lost; spare0 takes node_rank 0")

@@ -50,12 +50,14 @@ def test_contract_variables():
         "MLP_WORKER_NUM": "3", "MLP_WORKER_GPU": "2", "MLP_ROLE_INDEX": "2", "MLP_WORKER_0_HOST": "192.0.2.10", "PYTHONUNBUFFERED": "1",
         "MLP_WORKER_0_PORT": "29511", "MLP_WORKER_ALL_HOSTS": "192.0.2.10,192.0.2.11,192.0.2.12",
         "MLP_MPI_HOSTS": "192.0.2.10:2,192.0.2.11:2,192.0.2.12:2", "MLP_MPI_HOSTFILE": "/jobs/llm/hostfile",
-        "MLP_MPI_NP": "6"}
+        "MLP_MPI_NP": "6", "GPUFLEET_CHECKPOINT_DIR": "/jobs/llm/checkpoints"}
 
 
 def test_the_users_variables_win_over_the_contract():
-    env = job_environment(spec(env=(("MASTER_ADDR", "10.9.9.9"),)), "/jobs/llm")
+    env = job_environment(spec(env=(("MASTER_ADDR", "10.9.9.9"), ("GPUFLEET_CHECKPOINT_DIR", "/shared/llm"))),
+                          "/jobs/llm")
     assert env["MASTER_ADDR"] == "10.9.9.9" and env["MLP_MPI_NP"] == "6"
+    assert env["GPUFLEET_CHECKPOINT_DIR"] == "/shared/llm"  # shared storage, named by the job
 
 
 def test_torchrun_and_deepspeed_run_on_every_node_with_its_rank():

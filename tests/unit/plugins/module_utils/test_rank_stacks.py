@@ -90,3 +90,10 @@ def test_a_rank_py_spy_may_not_read_is_named_with_py_spy_s_words(tmp_path, ranks
 def test_no_rank_found_is_said(tmp_path):
     stacks = dump(tmp_path, sys.executable)
     assert stacks["error"] == "no rank process of the job found on this node" and stacks["ranks"] == []
+
+
+def test_where_a_hang_was_is_each_ranks_innermost_frame_without_its_line():
+    stacks = {"ranks": [{"rank": 0, "frames": [["wait", "c10d.py", 10], ["step", "train.py", 5]]},
+                        {"rank": 1, "frames": [["wait", "c10d.py", 12]]}, {"rank": 2, "error": "gone", "frames": []}]}
+    assert rank_stacks.hung_in(stacks) == "wait (c10d.py)"
+    assert rank_stacks.hung_in(None) is None and rank_stacks.hung_in({"ranks": []}) is None

@@ -72,7 +72,7 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
     assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
     assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
         "job_states", "job_events", "job_processes", "free_ports", "slurm_jobs", "schedulers", "containers", "runtimes", "gang",
-        "gang_rules", "gpu_health", "gpu_watch", "rank_output", "rank_stacks", "attempt", "supervisor"]
+        "gang_rules", "gpu_health", "gpu_watch", "rank_output", "rank_stacks", "spares", "attempt", "supervisor"]
 
 
 def _defined(source: str) -> set:

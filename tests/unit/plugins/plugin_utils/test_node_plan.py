@@ -218,7 +218,29 @@ def test_under_slurm_nothing_is_asked_of_slurm_while_a_node_has_a_problem():
 def test_the_decisions_are_plain_data_for_the_role():
     decided = node_plan.decide(plan(hosts=("node9",)), {"node9": master_probe()}, SETTINGS, False).as_dict()
     assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "problems", "refusal",
-                               "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain", "world_size"]
+                               "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain", "spare_problems",
+                               "spares", "world_size"]
+
+
+def test_spares_stand_by_unless_read_as_a_node_they_have_a_problem():
+    """A spare's problems leave it out (the job runs without it), never refuse the job."""
+    spares = [{"host": "s1", "ip": "192.0.2.31", "node_rank": 2}, {"host": "s2", "ip": "192.0.2.32", "node_rank": 3},
+              {"host": "s3", "ip": "192.0.2.33", "node_rank": 4}, {"host": "s4", "ip": "192.0.2.34", "node_rank": 5}]
+    probes = {"node9": master_probe(gpus=8), "node8": probe(gpus=8), "s1": probe(gpus=8), "s2": probe(torch=False),
+              "s3": probe(gpus=4), "s4": probe(gpus=8, running=True)}
+    decided = node_plan.decide(plan(hosts=("node9", "node8"), spares=spares, spare_hosts=["s1", "s2", "s3", "s4"]),
+                               probes, SETTINGS, force=False)
+    assert decided.problems == {} and decided.refusal == ""
+    assert decided.spares == [["s1", "192.0.2.31"]] and decided.slots == [8, 8]
+    assert decided.spare_problems == {
+        "s2": "s2: gpufleet_python=python3 (/usr/bin/python3) cannot import torch; install it there or point "
+              "gpufleet_python at a Python that has it",
+        "s3": "s3: runs 4 ranks, fewer than the 8 of a node it would replace",
+        "s4": "s4: job demo is still running there (force=true stops it first)"}
+    # force=true stops the job there first, as on a node.
+    forced = node_plan.decide(plan(hosts=("node9", "node8"), spares=spares[3:], spare_hosts=["s4"]), probes, SETTINGS,
+                              force=True)
+    assert forced.spares == [["s4", "192.0.2.34"]]
 
 
 # --- the GPU health gate (module_utils/gpu_gate.py) in the plan --------------------------------------------------------

@@ -179,3 +179,32 @@ def test_a_hardware_xid_is_the_cause_even_when_a_rank_elsewhere_exited_first():
     assert report.failure_message("j", [node0, node1, node2]).startswith(
         "job j failed on node1 (node_rank 1): %s (not restarted: a restart on the same nodes would meet it again); "
         "failed after it: node0" % xid)
+
+
+# -- spares: the node a spare replaced is not the job's failure ------------------------------------------------------
+
+REPLACED = {"node_rank": 1, "host": "node1", "by": "node2", "attempt": 2, "why": "node1 lost; node2 takes node_rank 1",
+            "at": 1700000000.0}
+
+
+def test_a_node_a_spare_replaced_is_marked_and_is_not_the_jobs_failure():
+    results = [{"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0, "replaced": [REPLACED]},
+               {"host": "node1", "node_rank": 1, "state": "unreachable"},
+               {"host": "node2", "node_rank": 1, "state": "succeeded", "exit_code": 0,
+                "took_place_of": {"node_rank": 1, "host": "node1", "attempt": 2}}]
+    assert report.failure_message("j", results) is None
+    rows = report.table_rows(results)
+    assert [(r["host"], r["node_rank"], r["state"]) for r in rows] == [
+        ("node0", "0", "succeeded"), ("node1", "1", "replaced by node2"), ("node2", "1", "succeeded")]
+    assert report.replacements_said(results) == (
+        "node2 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node2 takes node_rank 1")
+
+
+def test_after_a_replacement_the_failure_of_the_last_attempt_is_the_one_named():
+    results = [{"host": "node0", "node_rank": 0, "state": "stopped", "stopped_for": "node2", "replaced": [REPLACED]},
+               {"host": "node1", "node_rank": 1, "state": "unreachable"},
+               {"host": "node2", "node_rank": 1, "state": "failed", "exit_code": 3}]
+    message = report.failure_message("j", results)
+    assert message.startswith("job j failed on node2 (node_rank 1): the launcher exited with code 3"), message
+    assert "node1" not in message.split(".")[0]
+    assert report.replacements_said([{"host": "node0"}]) == ""

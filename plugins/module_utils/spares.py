@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Spare nodes: a spare's supervisor stands by, running no rank, hearing the gang's heartbeats, until the gang names
+it in the place of a node it lost (or whose GPU failed); it then runs that node rank's part from the next attempt
+on, as that node did.
+
+Who replaces whom is decided by every member alike (gang_rules.restart_decision, from the same heartbeats); this
+file is how a member applies the decision (the gang, state.json, the log) and how a spare learns it: the members'
+heartbeats carry the hosts of the node ranks ("members"), and a spare that finds itself there takes that rank.
+Shipped to the nodes as part of the supervisor; standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import SpareView
+from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import HeartbeatPhase, JobState
+
+
+class SpareHost(Protocol):
+    """What this file uses of a node's supervisor."""
+
+    spec: dict
+    state: dict
+    gang: Gang | LoneNode
+    attempt: int
+    node_rank: int
+    host: str
+    restart_reason: str
+    stop_reason: str | None
+
+    def save(self, **changes: object) -> None: ...
+
+    def log(self, line: str) -> None: ...
+
+    def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None: ...
+
+
+def spare_view(gang: Gang | LoneNode, attempt: int) -> SpareView | None:
+    """What this node knows of the spares when it decides a restart, or None for a job without spares."""
+    if not isinstance(gang, Gang) or not gang.spares:
+        return None
+    return SpareView(gang.members(), gang.ready_spares(), gang.rank, announced(gang, attempt))
+
+
+def announced(gang: Gang, attempt: int) -> tuple[list[str], str] | None:
+    """The members (and why) a peer already in the next attempt says its heartbeats, where they differ from this
+    node's: it decided first, and the gang follows it (gang_rules._follow)."""
+    for _rank, news in sorted(gang.news.items()):
+        members = news.get("members")
+        if news.get("attempt", 0) > attempt and isinstance(members, list) and members != gang.members():
+            return [str(host) for host in members], str(news.get("restart_reason") or "")
+    return None
+
+
+def place_env(node: SpareHost) -> dict[str, str]:
+    """The variables launch.sh takes this attempt's place from (launchers.place_prelude), for a job with spares: this
+    part's node rank, node 0's address and the ranks on this node."""
+    if not node.spec.get("spares"):
+        return {}
+    slots = list(node.spec.get("slots") or [])
+    nproc = slots[node.node_rank] if node.node_rank < len(slots) else node.spec.get("nproc_per_node")
+    return {"GPUFLEET_NODE_RANK": str(node.node_rank), "GPUFLEET_MASTER_ADDR": str(node.spec["nodes"][0][1]),
+            "GPUFLEET_NPROC": str(nproc)}
+
+
+def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[dict]) -> None:
+    """A member applies the gang's decision: each spare takes its node rank from the next attempt (the heartbeats
+    name it there from now on), said in the log, and in state.json under "replaced" (who, by whom, when, why, and
+    whether for a hardware fault: the controller then remembers the node, plugin_utils/bad_nodes.py)."""
+    records = list(node.state.get("replaced") or [])
+    faulted = {int(part.get("rank", -1)) for part in parts if part.get("hardware_fault")}
+    for rank, spare in sorted(replaced.items()):
+        old = node.gang.host(rank)
+        node.gang.replace(rank, spare)
+        records.append({"node_rank": rank, "host": old, "by": spare, "attempt": node.attempt + 1, "why": why,
+                        "at": round(time.time(), 3), "hardware_fault": rank in faulted})
+        node.log("%s takes node_rank %d in place of %s from attempt %d" % (spare, rank, old, node.attempt + 1))
+    node.spec["nodes"] = [list(member) for member in node.gang.nodes]
+    node.save(replaced=records, members=node.gang.members())
+
+
+def _placed(gang: Gang) -> dict | None:
+    """The news of a member that names this spare among the node ranks, else None."""
+    for _rank, news in sorted(gang.news.items()):
+        if gang.me[0] in (news.get("members") or []):
+            return news
+    return None
+
+
+def _job_over(gang: Gang) -> bool:
+    """Whether the job has ended without this spare: every member has ended for good, or none is heard any more."""
+    lost = set(gang.lost())
+    return all(rank in lost or (gang.news.get(rank) or {}).get("final") for rank in gang.peers())
+
+
+def stand_by(node: SpareHost) -> bool:
+    """A spare's wait: heartbeats in standby until a member's names this spare at a node rank (True: node_rank,
+    attempt, restart reason and the gang are then that rank's), or the job ends without it, or it is stopped
+    (False)."""
+    gang = node.gang
+    if not isinstance(gang, Gang):
+        return False
+    node.save(state=JobState.STANDBY)
+    node.log("standing by as a spare for %s" % ", ".join(gang.members()))
+    while node.stop_reason is None:
+        node.tick(HeartbeatPhase.STANDBY)
+        news = _placed(gang)
+        if news is not None:
+            _take_place(node, gang, news)
+            return True
+        if _job_over(gang):
+            return False
+    return False
+
+
+def unused(node: SpareHost) -> int:
+    """A spare's end when the job did not need it (or it was stopped in standby): state unused, exit status 0."""
+    node.save(state=JobState.UNUSED, exit_code=0, ended_at=time.time(),
+              stop_reason=node.stop_reason or "the job ended without needing this spare")
+    node.gang.close()
+    return 0
+
+
+def _take_place(node: SpareHost, gang: Gang, news: dict) -> None:
+    """Become the node rank the members' news names this spare at (and take in every other spare they placed)."""
+    members = list(news["members"])
+    spares = dict(gang.spares)
+    for rank, host in enumerate(members):
+        if host != gang.host(rank) and host in spares:
+            replaced = gang.host(rank)
+            gang.replace(rank, host)
+            if host == gang.me[0]:
+                node.save(took_place_of={"node_rank": rank, "host": replaced, "attempt": int(news.get("attempt", 1)),
+                                         "why": str(news.get("restart_reason") or "")})
+    gang.rank = node.node_rank = members.index(gang.me[0])
+    node.attempt = int(news.get("attempt", 1))
+    node.restart_reason = str(news.get("restart_reason") or "")
+    node.spec["nodes"] = [list(member) for member in gang.nodes]
+    node.log("takes node_rank %d in place of %s from attempt %d: %s" % (
+        node.node_rank, node.state["took_place_of"]["host"], node.attempt, node.restart_reason))
+    node.save(node_rank=node.node_rank, attempt=node.attempt, members=gang.members())
