@@ -27,7 +27,7 @@ REPO = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(REPO, "tests", "cluster"), os.path.join(REPO, "collections")]
 
 import testbed  # noqa: E402  pylint: disable=wrong-import-position
-from harness import Cluster  # noqa: E402  pylint: disable=wrong-import-position
+from harness import Cluster, bench_cluster  # noqa: E402  pylint: disable=wrong-import-position
 from jobfaults import kill_in_node, pid_of, probe, train, wait_for, wait_gone, wait_training  # noqa: E402
 
 TARGET_S = 5.0
@@ -82,16 +82,7 @@ def main() -> int:
     args = parser.parse_args()
     state = os.path.abspath(args.state)
     try:
-        recorded = os.path.join(state, "testbed.json")
-        if args.reuse and os.path.exists(recorded):
-            with open(recorded) as handle:
-                cluster = Cluster(json.load(handle), state)
-        else:
-            cluster = Cluster(testbed.up(state, 3), state)
-            done = cluster.playbook("provision.yml", "--tags", "etc_hosts,ssh_mesh,nccl_env,python_env")
-            if done.rc != 0:
-                print(done.out[-3000:])
-                return 1
+        cluster = bench_cluster(state, args.reuse)
         measured: dict[str, list[float]] = {name: [] for name in FAULTS}
         for round_ in range(args.runs):
             for name, fault in FAULTS.items():

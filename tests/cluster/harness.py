@@ -1,6 +1,7 @@
 """The container cluster as tests and benchmarks drive it: playbooks run against its inventory, in the
 foreground or the background, and its nodes seen from the host (hostview.py)."""
 
+import json
 import os
 import re
 import subprocess
@@ -97,6 +98,20 @@ class Cluster:
 
     def start_sshd(self, node: str) -> None:
         testbed.start_sshd(self.nodes.index(node))
+
+
+def bench_cluster(state: str, reuse: bool) -> "Cluster":
+    """The 3-node cluster a benchmark runs on: the one a --keep run left in state (reuse), else a fresh one with what a
+    job needs provisioned (etc_hosts, ssh_mesh, nccl_env, python_env)."""
+    recorded = os.path.join(state, "testbed.json")
+    if reuse and os.path.exists(recorded):
+        with open(recorded) as handle:
+            return Cluster(json.load(handle), state)
+    cluster = Cluster(testbed.up(state, 3), state)
+    done = cluster.playbook("provision.yml", "--tags", "etc_hosts,ssh_mesh,nccl_env,python_env")
+    if done.rc != 0:
+        raise RuntimeError("provision.yml failed:\n%s" % done.out[-3000:])
+    return cluster
 
 
 class Background:
