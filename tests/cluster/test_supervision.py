@@ -229,11 +229,13 @@ def test_a_node_whose_container_stops_mid_training_attached(cluster):
 
 
 def _with_spare(cluster):
-    """The cluster's inventory with node0 and node1 as the job's nodes and node2 as their spare (group gpu_spares)."""
+    """The cluster's inventory with node0 and node2 as the job's nodes and node1 as their spare (group gpu_spares).
+    node2 is the one stopped: node1's /etc/hosts is the container runtime's, which a restart would rewrite (without
+    the etc_hosts role's block that molecule's verifiers read afterwards)."""
     with open(cluster.inventory) as handle:
         inventory = yaml.safe_load(handle)
     nodes = inventory["gpu_nodes"]
-    spare = {"node2": nodes["hosts"].pop("node2")}
+    spare = {"node1": nodes["hosts"].pop("node1")}
     inventory["gpu_spares"] = {"hosts": spare, "vars": dict(nodes["vars"])}
     path = os.path.join(cluster.state, "spare-hosts.yml")
     with open(path, "w") as handle:
@@ -248,73 +250,73 @@ SPARE_ARGS = ("-e", "script=%s" % EXAMPLE, "-e", "nproc_per_node=1", "-e", "max_
               "-e", "script_args='--epochs 12 --checkpoint-every 10 --step-s 0.06'")
 
 
-def _stop_node1_after_a_checkpoint(cluster, job, run=None):
-    """Once node0's log shows a saved epoch (a checkpoint exists), node1's container is stopped; it is started again
+def _stop_node2_after_a_checkpoint(cluster, job, run=None):
+    """Once node0's log shows a saved epoch (a checkpoint exists), node2's container is stopped; it is started again
     (and its host key scanned) by the caller's finally."""
     wait_for(cluster, job, lambda: "epoch 2/12" in (cluster.view.node_file("node0", "/root/.gpufleet/jobs/%s/job.log"
                                                                            % job) or ""),
              what="node0's second epoch", run=run)
     stopped_at = time.time()
-    testbed.podman("stop", "--time", "0", testbed.PREFIX + "node1")
+    testbed.podman("stop", "--time", "0", testbed.PREFIX + "node2")
     return stopped_at
 
 
-def _restart_node1(cluster):
-    testbed.podman("start", testbed.PREFIX + "node1")
-    testbed.scan_host_key(cluster.addresses["node1"], testbed.ssh_port(1))
+def _restart_node2(cluster):
+    testbed.podman("start", testbed.PREFIX + "node2")
+    testbed.scan_host_key(cluster.addresses["node2"], testbed.ssh_port(2))
 
 
 def _resumed_on_the_spare(cluster, job):
-    """node2 ran node_rank 1 from attempt 2, and rank 0 resumed from a checkpoint (its step said) and finished."""
-    spare = cluster.view.job_state("node2", job)
+    """node1 ran node_rank 1 from attempt 2, and rank 0 resumed from a checkpoint (its step said) and finished."""
+    spare = cluster.view.job_state("node1", job)
     assert spare["state"] == "succeeded" and spare["node_rank"] == 1, spare
-    assert spare["took_place_of"]["host"] == "node1" and spare["took_place_of"]["attempt"] == 2, spare
+    assert spare["took_place_of"]["host"] == "node2" and spare["took_place_of"]["attempt"] == 2, spare
     log = cluster.view.node_file("node0", "/root/.gpufleet/jobs/%s/job.log" % job)
     resumed = re.search(r"rank 0 resumes from step (\d+) \(epoch \d+\)", log)
     assert resumed and int(resumed.group(1)) >= 20, log[-3000:]
-    assert "final test_accuracy" in log and "[gpufleet] node2 takes node_rank 1 in place of node1 from attempt 2" in log
+    assert "final test_accuracy" in log and "[gpufleet] node1 takes node_rank 1 in place of node2 from attempt 2" in log
     return int(resumed.group(1))
 
 
 def test_a_lost_node_is_replaced_by_the_spare_which_resumes_from_the_checkpoint_attached(cluster):
-    """2 nodes + 1 spare, max_restarts=2: node1's container is stopped mid-run; the gang restarts with node2 at
+    """2 nodes + 1 spare, max_restarts=2: node2's container is stopped mid-run; the gang restarts with node1 at
     node_rank 1, resumes from the checkpoint, and succeeds; the report names the replacement."""
     job = "sup-spare"
     run = cluster.start_playbook("train.yml", "-e", "job=%s" % job, *SPARE_ARGS, log_name="%s.out" % job,
                                  inventory=_with_spare(cluster))
     try:
-        _stop_node1_after_a_checkpoint(cluster, job, run)
+        _stop_node2_after_a_checkpoint(cluster, job, run)
         done = run.finish()
     finally:
-        _restart_node1(cluster)
+        _restart_node2(cluster)
     said = " ".join(done.out.split())
     assert done.rc == 0, done.out[-4000:]
     step = _resumed_on_the_spare(cluster, job)
-    assert "Spares: node2 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node2 takes node_rank 1" \
+    assert "Spares: node1 replaced node2 (node_rank 1) from attempt 2, after: node2 lost; node1 takes node_rank 1" \
         in said, said[-3000:]
-    assert re.search(r"^node1\s+1\s+replaced by node2\s", done.out, re.M), done.out[-3000:]
-    assert re.search(r"^node2\s+1\s+succeeded\s+0\s", done.out, re.M), done.out[-3000:]
+    assert re.search(r"^node2\s+1\s+replaced by node1\s", done.out, re.M), done.out[-3000:]
+    assert re.search(r"^node1\s+1\s+succeeded\s+0\s", done.out, re.M), done.out[-3000:]
     print("resumed from step %d" % step)
 
 
 def test_a_lost_node_is_replaced_by_the_spare_with_no_controller_detached(cluster):
-    """The same, detached: no ansible-playbook runs while node1 is stopped; status.yml says who replaced whom."""
+    """The same, detached: no ansible-playbook runs while node2 is stopped; status.yml says who replaced whom."""
     job = "sup-spare-detached"
     inventory = _with_spare(cluster)
     launched = cluster.playbook("train.yml", "-e", "job=%s" % job, "-e", "wait=false", *SPARE_ARGS,
                                 inventory=inventory)
     assert launched.rc == 0, launched.out[-3000:]
     try:
-        stopped_at = _stop_node1_after_a_checkpoint(cluster, job)
+        stopped_at = _stop_node2_after_a_checkpoint(cluster, job)
         wait_for(cluster, job, lambda: all((cluster.view.job_state(node, job) or {}).get("state") in TERMINAL
-                                           for node in ("node0", "node2")), timeout=120, what="the job's end")
+                                           for node in ("node0", "node1")), timeout=120, what="the job's end")
     finally:
-        _restart_node1(cluster)
+        _restart_node2(cluster)
     step = _resumed_on_the_spare(cluster, job)
-    print("resumed from step %d, %.1f s after node1 was stopped" % (step, time.time() - stopped_at))
+    print("resumed from step %d, %.1f s after node2 was stopped" % (step, time.time() - stopped_at))
     status = cluster.playbook("status.yml", "-e", "job=%s" % job, inventory=inventory)
     said = " ".join(status.out.split())
-    assert status.rc == 0 and "Spares: node2 replaced node1 (node_rank 1) from attempt 2" in said, said[-3000:]
+    assert status.rc == 0 and "Spares: node1 replaced node2 (node_rank 1) from attempt 2" in said, said[-3000:]
 
 
 def test_a_node_cut_off_from_the_network_mid_training_detached(cluster):
