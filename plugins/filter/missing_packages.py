@@ -10,11 +10,12 @@ from typing import Any
 
 DOCUMENTATION = r"""
 name: missing_packages
-short_description: The package names that ansible.builtin.package_facts did not find on the node
+short_description: The package names a node does not have installed, from its packages fact
 version_added: 0.1.0
 description:
-  - The names of O(_input) that are not keys of O(facts)' C(packages) (what M(ansible.builtin.package_facts)
-    gathered), in their order.
+  - The names of O(_input) that are not keys of O(facts)' C(packages) (what provision.yml's
+    M(gpufleet.cluster.node_state) read with C(all_packages), or M(ansible.builtin.package_facts) gathered), in
+    their order.
   - Where the packages were not gathered (a role run on its own), every name is missing, so that the install task
     runs and decides as it always does. A package installed later in the play is still listed as missing, which
     only makes its install task run.

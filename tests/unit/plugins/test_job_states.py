@@ -24,8 +24,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
 PLUGINS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "plugins")
 STATES = {state.value for state in JobState}
 PHASES = {phase.value for phase in HeartbeatPhase}
-# Modules whose words are another program's, not the job's: DCGM's results, systemctl's unit states.
-OTHER_VOCABULARIES = ("dcgm_diag.py", "nvidia_node.py", "verify.py")
+# Modules whose words are another program's, not the job's: DCGM's results, systemctl's unit states, Ansible's file
+# and service states (node_state: "absent", "stopped").
+OTHER_VOCABULARIES = ("dcgm_diag.py", "nvidia_node.py", "verify.py", "node_state.py")
 CONTROLLER_SIDE = (glob.glob(os.path.join(PLUGINS, "action", "*.py")) + glob.glob(os.path.join(PLUGINS, "plugin_utils", "*.py"))
                    + [os.path.join(PLUGINS, "module_utils", "jobs.py")])
 

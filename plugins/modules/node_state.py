@@ -1,0 +1,218 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_state
+short_description: Read what a role manages on a node at once, and say how it differs from what the role wants
+version_added: 0.1.0
+description:
+  - One module run reads the packages (installed, version, held), files (kind, content digest, mode, owner,
+    group), blocks that C(ansible.builtin.blockinfile) manages, services (enabled, active) and kernel modules
+    (loaded) a role manages, and compares them with what the role wants. It returns each difference as a sentence
+    in RV(drift). Changes nothing, in check mode too.
+  - A role runs its install and configure tasks only when RV(drift) is not empty, so that a re-run on a node that
+    is already right costs the controller one task for the role instead of one per package, file and service.
+    Those tasks stay the one home of every change, and of what check mode and C(--diff) report.
+author:
+  - gpufleet contributors (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes.read_only
+options:
+  packages:
+    description:
+      - Packages that must be installed, each C(name), or C(name=version) for a version that starts with that
+        text (C(2.21.5) matches C(2.21.5-1+cuda12.4)).
+    type: list
+    elements: str
+    default: []
+  absent_packages:
+    description: Packages that must not be installed.
+    type: list
+    elements: str
+    default: []
+  held:
+    description:
+      - Packages that must be installed and held (apt-mark hold on apt; the versionlock list on dnf).
+    type: list
+    elements: str
+    default: []
+  all_packages:
+    description:
+      - Also read every installed package (one C(dpkg-query -W) or C(rpm -qa)), and return them as the fact
+        C(packages), in the shape M(ansible.builtin.package_facts) gives (a name maps to a list of its versions),
+        without the package manager's Python bindings and without opening its cache.
+    type: bool
+    default: false
+  package_manager:
+    description: How packages are read, C(apt) (dpkg-query) or C(dnf) (rpm, and dnf's versionlock list).
+    type: str
+    choices: [apt, dnf]
+    default: apt
+  files:
+    description:
+      - Files as they must be. Each has C(path), and optionally C(state) (C(file), the default, C(directory) or
+        C(absent)), C(content) (the whole text, compared by its SHA-1 as Ansible's copy and template do) or
+        C(sha1), C(mode), C(owner) and C(group). What is not given is not compared.
+    type: list
+    elements: dict
+    default: []
+  blocks:
+    description:
+      - Blocks that C(ansible.builtin.blockinfile) manages, each C(path), C(marker) (with C({mark})) and C(block),
+        the text between the markers (an empty block must not be there).
+    type: list
+    elements: dict
+    default: []
+  read:
+    description:
+      - Small files to return as they are, by a name of the caller's choosing (C(user_key), C(checked)), each read
+        up to 64 KiB; RV(contents) has their text, null where a file is missing. Reading is never a difference.
+      - Paths here and in O(files) and O(blocks) may start with C(~user).
+    type: dict
+    default: {}
+  lines_absent:
+    description: Lines that must not be in a file, each C(path) and C(regexp) (a Python regular expression searched
+      in each line, as C(ansible.builtin.lineinfile) with C(state=absent) removes them).
+    type: list
+    elements: dict
+    default: []
+  resolve:
+    description:
+      - Names and the IPv4 address each must resolve to first on the node (as C(getent ahostsv4 NAME) gives it).
+    type: dict
+    default: {}
+  python_env:
+    description:
+      - A virtual environment, C(path), and the packages it must hold, C(packages), each pinned as
+        C(NAME[EXTRAS]==VERSION); read from its C(*.dist-info) folders, without starting its Python. Every
+        distribution found is returned in RV(python_packages).
+    type: dict
+  services:
+    description: Services as they must be, each C(name) and optionally C(enabled) (bool) and C(state) (C(started)
+      or C(stopped)).
+    type: list
+    elements: dict
+    default: []
+  kernel_modules:
+    description: Kernel modules that must be loaded (in C(/proc/modules)).
+    type: list
+    elements: str
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Read what the mpi role manages
+  gpufleet.cluster.node_state:
+    packages: [openmpi-bin, libopenmpi-dev]
+    files:
+      - path: /etc/gpufleet/hostfile
+        content: "{{ lookup('ansible.builtin.template', 'hostfile.j2') }}"
+        mode: "0644"
+  register: __mpi_state
+
+- name: Install and configure only where the node differs
+  ansible.builtin.include_tasks: converge.yml
+  when: __mpi_state.drift | length > 0
+"""
+
+RETURN = r"""
+drift:
+  description: Each difference from what was asked, as a sentence naming the package, file or service; empty when
+    the node is as the role wants it.
+  returned: always
+  type: list
+  elements: str
+  sample: ["package openmpi-bin is not installed", "/etc/gpufleet/hostfile differs from what the role writes"]
+python_packages:
+  description: With O(python_env), each distribution in the environment (its PEP 503 name) and its version; null
+    when there is no environment at its path.
+  returned: when O(python_env) is given
+  type: dict
+  sample: {"torch": "2.13.0+cpu", "numpy": "2.3.5"}
+contents:
+  description: The text of each file of O(read), by its name; null where the file is missing.
+  returned: always
+  type: dict
+  sample: {"host_key": "ssh-ed25519 AAAAC3Nz... root@node0\n", "checked": null}
+ansible_facts:
+  description: With O(all_packages), C(packages), every installed package as M(ansible.builtin.package_facts) gives it.
+  returned: when O(all_packages) is true
+  type: dict
+  sample: {"packages": {"openmpi-bin": [{"name": "openmpi-bin", "version": "4.1.4-3+b1", "source": "apt"}]}}
+packages:
+  description: The installed ones of the packages asked about, each with C(version) and C(held).
+  returned: always
+  type: dict
+  sample: {"openmpi-bin": {"version": "4.1.4-3+b1", "held": false}}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils import node_state
+
+LIST_OF_STR = {"type": "list", "elements": "str", "default": []}
+LIST_OF_DICT = {"type": "list", "elements": "dict", "default": []}
+READ_LIMIT = 64 * 1024
+
+
+def drift_of(params: dict, run: node_state.Run) -> tuple[list[str], dict]:
+    """Every difference between the node and params, and what was read (packages, python_packages)."""
+    names = sorted(set(spec.partition("=")[0] for spec in params["packages"])
+                   | set(params["absent_packages"]) | set(params["held"]))
+    packages = node_state.read_packages(names, params["package_manager"], run)
+    drift = node_state.package_drift(params["packages"], params["absent_packages"], params["held"], packages)
+    for want in params["files"]:
+        drift.extend(node_state.file_drift(want, node_state.read_file(want["path"])))
+    for want in params["blocks"]:
+        drift.extend(node_state.block_drift(want, node_state.read_text(want["path"])))
+    for want in params["lines_absent"]:
+        drift.extend(node_state.line_drift(want, node_state.read_text(want["path"])))
+    drift.extend(node_state.resolve_drift({str(name): str(address) for name, address in params["resolve"].items()}))
+    if params["services"]:
+        units = node_state.read_services([want["name"] for want in params["services"]], run)
+        for want in params["services"]:
+            drift.extend(node_state.service_drift(want, units))
+    if params["kernel_modules"]:
+        loaded = node_state.loaded_modules(node_state.read_text("/proc/modules"))
+        drift.extend(node_state.module_drift(params["kernel_modules"], loaded))
+    read: dict = {"packages": packages,
+                  "contents": {name: node_state.read_text(path, READ_LIMIT) for name, path in params["read"].items()}}
+    if params.get("python_env"):
+        venv = params["python_env"]["path"]
+        read["python_packages"] = node_state.venv_versions(venv)
+        drift.extend(node_state.pip_drift(venv, params["python_env"].get("packages") or [], read["python_packages"]))
+    return drift, read
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"packages": LIST_OF_STR, "absent_packages": LIST_OF_STR, "held": LIST_OF_STR,
+                       "package_manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
+                       "all_packages": {"type": "bool", "default": False},
+                       "files": LIST_OF_DICT, "blocks": LIST_OF_DICT, "lines_absent": LIST_OF_DICT,
+                       "resolve": {"type": "dict", "default": {}}, "python_env": {"type": "dict"},
+                       "read": {"type": "dict", "default": {}},
+                       "services": LIST_OF_DICT,
+                       "kernel_modules": LIST_OF_STR},
+        supports_check_mode=True,
+    )
+
+    def run(argv: list) -> tuple[int, str, str]:
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    drift, read = drift_of(module.params, run)
+    if module.params["all_packages"]:
+        kind = module.params["package_manager"]
+        read["ansible_facts"] = {"packages": node_state.package_facts(node_state.read_packages(None, kind, run), kind)}
+    module.exit_json(changed=False, drift=drift, **read)
+
+
+if __name__ == "__main__":
+    main()
