@@ -70,6 +70,52 @@ def test_the_mesh_check_runs_when_the_mesh_changed_and_learns_nothing(cluster, p
     assert _task_status(run.out, MESH_CHECK, "node0") == "skipping"
 
 
+# Each converted role's one include after its read (gpufleet.cluster.node_state): skipped on a node that is right.
+CONVERGE_INCLUDES = {
+    "etc_hosts": "Configure /etc/hosts where it differs",
+    "ssh_mesh": "Authorize the keys, trust the host keys and write the SSH configuration where they differ",
+    "nccl_env": "Write the configuration files where they differ",
+    "mpi": "Install Open MPI and write the hostfile where the node differs",
+    "python_env": "Install where the node differs",
+}
+
+
+def test_a_rerun_on_a_right_cluster_reads_each_role_and_runs_none_of_its_changes(cluster, provisioned):
+    """On the idempotence run, every role's read found nothing different on any node: its include is skipped (the
+    read's wishes match what the role's tasks wrote, templates included), and no task of those files ran."""
+    run = provisioned["idempotence"]
+    assert run.rc == 0
+    for role, include in CONVERGE_INCLUDES.items():
+        for node in cluster.nodes:
+            assert _task_status(run.out, include, node) == "skipping", (role, node, run.out[-3000:])
+    assert "Write NCCL's configuration file" not in run.out and "Install the pinned packages" not in run.out
+
+
+def test_what_a_person_changed_by_hand_is_found_and_put_back(cluster, provisioned):
+    """A re-run is also the check after someone changed a node by hand: the read names the difference, and the
+    role's own tasks put it back on that node alone."""
+    assert provisioned["converge"].rc == 0
+    node1 = cluster.host("node1")
+    env_before = node1.file("/etc/gpufleet/nccl.env").content_string
+    hostfile_before = node1.file("/etc/gpufleet/hostfile").content_string
+    node1.check_output("echo 'export NCCL_SOCKET_IFNAME=lo' >> /etc/gpufleet/nccl.env && chmod 600 "
+                       "/etc/gpufleet/hostfile && sed -i 's/HostName .*/HostName 192.0.2.99/' /root/.ssh/config")
+    checked = cluster.playbook("provision.yml", "--tags", "nccl_env,mpi,ssh_mesh_configure", "--check", "--diff")
+    assert checked.rc == 0 and checked.recap()["node1"]["changed"] == 3, (checked.recap(), checked.out[-3000:])
+    assert "-export NCCL_SOCKET_IFNAME=lo" in checked.out and "192.0.2.99" in checked.out  # --diff shows both
+    assert "NCCL_SOCKET_IFNAME=lo" in node1.file("/etc/gpufleet/nccl.env").content_string  # and changed nothing
+    run = cluster.playbook("provision.yml", "--tags", "nccl_env,mpi,ssh_mesh_configure")
+    recap = run.recap()
+    assert run.rc == 0 and recap["node1"]["changed"] == 3, (recap, run.out[-3000:])
+    assert all(recap[node]["changed"] == 0 for node in cluster.nodes if node != "node1"), recap
+    assert node1.file("/etc/gpufleet/nccl.env").content_string == env_before
+    assert node1.file("/etc/gpufleet/hostfile").content_string == hostfile_before
+    assert node1.file("/etc/gpufleet/hostfile").mode == 0o644
+    assert "192.0.2.99" not in node1.file("/root/.ssh/config").content_string
+    for include in (CONVERGE_INCLUDES["nccl_env"], CONVERGE_INCLUDES["mpi"], CONVERGE_INCLUDES["ssh_mesh"]):
+        assert _task_status(run.out, include, "node0") == "skipping", include
+
+
 def test_a_name_resolving_elsewhere_fails_the_check_naming_the_node_the_name_and_both_addresses(cluster, provisioned):
     """The resolution check (one getent per name, in one command per node) names what it found and what it wanted."""
     assert provisioned["converge"].rc == 0
