@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables
 
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
-	bench-gang-stop bench-spare bench-scale collection clean docs
+	bench-gang-stop bench-spare bench-scale bench-provision collection clean docs
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
@@ -105,4 +105,9 @@ clean:
 # the control path at 64 (bench/scale.py); writes logs/bench/scale.json and scale.png. About an hour.
 bench-scale: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/scale.py $(BENCH_ARGS)
+
+# provision.yml's re-run and first run: wall, controller CPU and task results per node, against a baseline commit
+# in the same run (BENCH_ARGS="--baseline <commit> --fresh 4 --profile"); writes logs/bench/provision_cost.json.
+bench-provision: venv system-packages
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/provision_cost.py $(BENCH_ARGS)
 

@@ -9,7 +9,8 @@ provisioned image (a node provisioned once, then saved without its keys: the nod
 Debian packages N times), one rank per node, gloo:
 
 - P3 re-provision: provision.yml once to bring the cluster right (its first run), then again: the wall time of
-  the second run and its changed count (0 expected).
+  the second run, its changed count (0 expected), the controller's CPU seconds per node and the task results per
+  node (bench/provision_cost.py, which also compares a baseline commit in the same run).
 - P1 launch, from invocation to every rank past init_process_group (each rank stamps the moment into a folder
   the host shares with the nodes; the containers share the host's clock):
   - gpufleet: ansible-playbook playbooks/train.yml -e script=/bench/init_timer.py -e script_on_nodes=true;
@@ -61,6 +62,8 @@ import testbed  # noqa: E402  pylint: disable=wrong-import-position
 from harness import Cluster, recap  # noqa: E402  pylint: disable=wrong-import-position
 from launch_overhead import last_stamp  # noqa: E402  pylint: disable=wrong-import-position
 from jobfaults import kill_in_node, pid_of, train, wait_gone, wait_training  # noqa: E402
+
+import provision_cost  # noqa: E402  pylint: disable=wrong-import-position
 
 VENV_PYTHON = "/opt/gpufleet/venv/bin/python"
 TORCHRUN = "/opt/gpufleet/venv/bin/torchrun"
@@ -161,8 +164,8 @@ class Bench:
         # testbed.up starts nodes 0..N-1: node i listens where testbed.ssh_port(i) says.
         self.ports = {node: testbed.ssh_port(index) for index, node in enumerate(self.nodes)}
 
-    def env(self, control_dir: str, profile: str | None = None) -> dict:
-        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+    def env(self, control_dir: str, profile: str | None = None, root: str = REPO) -> dict:
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"),
                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""), ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir)
         if self.forks:
             env["ANSIBLE_FORKS"] = str(self.forks)
@@ -172,12 +175,14 @@ class Bench:
                        GPUFLEET_TASK_PROFILE=profile)
         return env
 
-    def playbook(self, name: str, *args: str, control_dir: str | None = None, profile: str | None = None
-                 ) -> Measured:
+    def playbook(self, name: str, *args: str, control_dir: str | None = None, profile: str | None = None,
+                 root: str = REPO, settings: dict | None = None) -> Measured:
+        """Run a playbook of the checkout at root (this one, or a baseline's: bench/provision_cost.py), with Ansible
+        settings given as environment variables (settings) on top."""
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.info["inventory"],
-               os.path.join(REPO, "playbooks", name), *args]
-        done = run_measured(cmd, self.env(control_dir or tempfile.mkdtemp(dir=self.state, prefix="cp-"), profile),
-                            self.state)
+               os.path.join(root, "playbooks", name), *args]
+        control = control_dir or tempfile.mkdtemp(dir=self.state, prefix="cp-")
+        done = run_measured(cmd, dict(self.env(control, profile, root), **(settings or {})), self.state)
         self.runs += 1
         with open(os.path.join(self.state, "%02d-%s.log" % (self.runs, name.replace(".yml", ""))), "w") as handle:
             handle.write("$ %s\n%s" % (" ".join(cmd), done.out))  # what each run printed, for a reader of the figures
@@ -324,22 +329,11 @@ def p2_gang_stop(bench: Bench, runs: int) -> dict:
     return {"runs": values, "median_s": statistics.median(values), "max_s": max(values)}
 
 
-def provision(bench: Bench, *args: str) -> Measured:
-    done = bench.playbook("provision.yml", *args)
-    if done.rc != 0:
-        raise SystemExit("provision.yml failed:\n" + done.out[-4000:])
-    return done
-
-
 def p3_reprovision(bench: Bench) -> dict:
-    first = provision(bench)
-    print("  N=%-2d first provision %.1f s (changed %d)" % (len(bench.nodes), first.seconds, first.changed()),
-          flush=True)
-    again = provision(bench)
-    print("  N=%-2d re-provision %.1f s, changed=%d, %.1f CPU s, peak %.0f MB" % (
-        len(bench.nodes), again.seconds, again.changed(), again.cpu_s, again.peak_rss_mb), flush=True)
-    return {"first_s": round(first.seconds, 2), "first_changed": first.changed(), "seconds": round(again.seconds, 2),
-            "changed": again.changed(), "controller": cost_summary([again], len(bench.nodes))}
+    """provision.yml to bring the cluster right, then a re-run: its wall time, changed count, controller CPU per node
+    and task results per node (bench/provision_cost.py)."""
+    measured = provision_cost.rerun(bench, 1, {"this": (REPO, {})})["this"]
+    return dict(measured["rerun"], first_s=measured["first"]["seconds"], first_changed=measured["first"]["changed"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,7 +349,7 @@ def provisioned_image(state: str) -> str:
     print("making %s: one node provisioned, then saved without its keys" % name, flush=True)
     info = testbed.up(os.path.join(state, "image"), 1, plain=True)
     bench = Bench(os.path.join(state, "image"), info)
-    provision(bench)
+    provision_cost.provision(bench)
     testbed.commit_node(0, name)
     testbed.down(os.path.join(state, "image"))
     return name
@@ -418,16 +412,17 @@ def control_path(state: str, count: int) -> dict:
 
 def table(rows: list[dict]) -> str:
     head = ("| nodes | P1 warm: gpufleet / direct | ratio | extra | P1 cold: gpufleet / direct | ratio | "
-            "P2 gang stop | P3 re-provision (changed) | controller CPU per node (train.yml) | peak RSS |")
+            "P2 gang stop | P3 re-provision (changed) | P3 controller CPU per node | P3 task results per node | "
+            "controller CPU per node (train.yml) | peak RSS |")
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for row in rows:
         p1, p2, p3 = row["p1"], row["p2"], row["p3"]
         lines.append("| %d | %.2f s / %.2f s | %.2f | %+.2f s | %.2f s / %.2f s | %.2f | %.2f s | %.1f s (%d) | "
-                     "%.2f s | %.0f MB |" % (
+                     "%.2f s | %.0f | %.2f s | %.0f MB |" % (
                          row["nodes"], p1["gpufleet_warm"]["median_s"], p1["direct_warm"]["median_s"],
                          p1["ratio_warm"], p1["extra_s_warm"], p1["gpufleet_cold"]["median_s"],
                          p1["direct_cold"]["median_s"], p1["ratio_cold"], p2["median_s"], p3["seconds"],
-                         p3["changed"], p1["controller"]["cpu_s_per_node"], p1["controller"]["peak_rss_mb"]))
+                         p3["changed"], p3["cpu_s_per_node"], p3["tasks_per_node"], p1["controller"]["cpu_s_per_node"], p1["controller"]["peak_rss_mb"]))
     return "\n".join(lines)
 
 
@@ -475,13 +470,18 @@ def main() -> int:
             result["control_path"] = control_path(state, args.control_path)
     finally:
         testbed.down()
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as handle:
-        json.dump(result, handle, indent=2)
+    write_json(args.json, result)
     print("\n" + table(result["rows"]))
     plot(result["rows"], args.png)
     print("\nwrote %s and %s" % (args.json, args.png))
     return 0
+
+
+def write_json(path: str, result: dict) -> None:
+    """A benchmark's figures as JSON at path (its folder made)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(result, handle, indent=2)
 
 
 def machine() -> str:
