@@ -111,12 +111,13 @@ def _nodes(group: str, groups: dict, task_vars: dict) -> list[str]:
 
 
 def _spares(group: str, groups: dict, task_vars: dict, nodes: list[str], hostvars_of: Any,
-            runs: tuple[str, str]) -> dict[str, Any]:
+            runs: tuple[str, str], max_restarts: int) -> dict[str, Any]:
     """The spare group's hosts of the play that are not nodes, planned as nodes past the nodes' ranks (every address
-    distinct among nodes and spares), unless the job cannot use them (launcher, scheduler, size: spares_note)."""
+    distinct among nodes and spares), unless the job cannot use them (launcher, scheduler, size, no restart:
+    spares_note)."""
     hosts = [host for host in groups.get(group) or [] if host not in nodes
              and host in task_vars.get("ansible_play_hosts_all", [])]
-    note = plan.spares_note(hosts, runs[0], runs[1], len(nodes), group)
+    note = plan.spares_note(hosts, runs[0], runs[1], len(nodes), group, max_restarts)
     spares = [] if note else plan.plan_nodes(nodes + hosts, hostvars_of)[len(nodes):]
     return {"spares": spares, "spare_hosts": [spare["host"] for spare in spares], "spares_note": note}
 
@@ -166,7 +167,7 @@ class ActionModule(ActionBase):
         max_restarts = plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                minimum=0, maximum=100)
         spares = _spares(str(args.get("spare_group") or "gpu_spares"), groups, task_vars, nodes, hostvars_of,
-                         (chosen_launcher, chosen_scheduler))
+                         (chosen_launcher, chosen_scheduler), max_restarts)
         return {
             "job": job,
             "run_id": run_id,

@@ -76,8 +76,8 @@ options:
     description:
       - The inventory group of spare nodes, in the order they are used. Each stands by while the job runs, and takes
         the node rank of a node that is lost or whose GPU fails, when a restart remains (O(max_restarts)).
-      - Spares serve torchrun jobs of two nodes or more under C(scheduler=ssh); otherwise they are left out, said in
-        the plan's C(spares_note). Hosts of O(group) are never spares. A missing or empty group is no spare.
+      - Spares serve torchrun jobs of two nodes or more under C(scheduler=ssh) with O(max_restarts) of 1 or more;
+        otherwise they are left out, said in the plan's C(spares_note). Hosts of O(group) are never spares. A missing or empty group is no spare.
     type: str
     default: gpu_spares
   hang_timeout:
@@ -181,7 +181,9 @@ plan:
       type: list
       elements: str
     spares_note:
-      description: Why the hosts of O(spare_group) are not used by this job (its launcher, scheduler or size), or empty.
+      description: >-
+        Why the hosts of O(spare_group) are not used by this job (its launcher, scheduler or size, or no restart), or
+        empty.
       type: str
     hang_timeout:
       description: The hang watchdog's timeout in seconds, or null when off.

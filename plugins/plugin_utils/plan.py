@@ -167,9 +167,10 @@ def plan_nodes(
     return planned
 
 
-def spares_note(spare_hosts: Sequence[str], launcher: str, scheduler: str, nnodes: int, group: str) -> str:
+def spares_note(spare_hosts: Sequence[str], launcher: str, scheduler: str, nnodes: int, group: str,
+                max_restarts: int) -> str:
     """Why the spare group's hosts are not used by this job, or '' (none, or used): a spare takes a node's rank only in
-    a torchrun job of two nodes or more launched over SSH (spares.py)."""
+    a restart (max_restarts of one or more) of a torchrun job of two nodes or more launched over SSH (spares.py)."""
     if not spare_hosts:
         return ""
     why = ""
@@ -180,6 +181,8 @@ def spares_note(spare_hosts: Sequence[str], launcher: str, scheduler: str, nnode
             launcher, " and ".join(SPARE_LAUNCHERS))
     elif nnodes < 2:
         why = "a job on one node has no other node to notice it lost"
+    elif max_restarts < 1:
+        why = "max_restarts=0: the job is not restarted, and a spare takes a node's place only in a restart"
     return "spare nodes of group '%s' (%s) are not used: %s" % (group, ", ".join(spare_hosts), why) if why else ""
 
 

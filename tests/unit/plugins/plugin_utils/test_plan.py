@@ -131,3 +131,27 @@ def test_bad_bool():
 
 def test_run_ids_are_unique():
     assert len({plan.new_run_id() for _index in range(100)}) == 100
+
+
+SPARES = ["node3"]
+
+
+def test_spares_serve_a_restarting_torchrun_job_over_ssh():
+    """Two nodes, torchrun over SSH, a restart allowed: the spare is used (no note)."""
+    assert plan.spares_note(SPARES, "torchrun", "ssh", 2, "gpu_spares", 1) == ""
+    assert plan.spares_note([], "mpirun", "slurm", 1, "gpu_spares", 0) == ""
+
+
+@pytest.mark.parametrize(
+    "launcher, scheduler, nnodes, max_restarts, why",
+    [
+        ("torchrun", "ssh", 2, 0, "max_restarts=0: the job is not restarted, and a spare takes a node's place only in"),
+        ("mpirun", "ssh", 2, 1, "launcher=mpirun starts the ranks from one place"),
+        ("torchrun", "slurm", 2, 1, "under scheduler=slurm, a restart runs on the nodes the scheduler gives"),
+        ("torchrun", "ssh", 1, 1, "a job on one node has no other node to notice it lost"),
+    ],
+)
+def test_spares_a_job_cannot_use_are_left_out_with_the_reason(launcher, scheduler, nnodes, max_restarts, why):
+    note = plan.spares_note(SPARES, launcher, scheduler, nnodes, "gpu_spares", max_restarts)
+    assert note.startswith("spare nodes of group 'gpu_spares' (node3) are not used: "), note
+    assert why in note, note
