@@ -238,6 +238,37 @@ def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned)
     assert back.rc == 0 and packages(cluster, "node1")["libnccl2"] == ("2.30.4-1+cuda12.9", "hold")
 
 
+PREFERENCES = "/etc/apt/preferences.d/gpufleet-nvidia-cuda"
+
+
+def test_a_hold_released_and_the_repository_pin_edited_by_hand_are_found_and_put_back(cluster, provisioned):
+    """The NVIDIA roles read before they change: NCCL's read finds libnccl2 no longer held on node1, NVIDIA
+    repository's read finds its apt preferences edited there. --check --diff reports both (the edit as a diff) and
+    changes nothing; the run puts both back on node1 alone, with one apt-mark run."""
+    assert provisioned["converge"].rc == 0
+    node1 = cluster.host("node1")
+    pin = node1.file(PREFERENCES).content_string
+    cluster.node_exec("node1", "sh", "-c", "apt-mark unhold libnccl2 && echo 'Pin-Priority: 100' >> %s" % PREFERENCES,
+                      check=True)
+    try:
+        checked = cluster.playbook("provision.yml", "--tags", "nccl", "--check", "--diff")
+        assert checked.rc == 0 and checked.recap()["node1"]["changed"] == 2, (checked.recap(), checked.out[-3000:])
+        said = " ".join(checked.out.split())
+        assert "node1: package libnccl2 is not held" in said and "libnccl2 would be held" in said, said[-3000:]
+        assert "node1: %s differs from what the role writes" % PREFERENCES in said, said[-3000:]
+        assert "-Pin-Priority: 100" in checked.out  # the diff of the file that the run puts back
+        assert packages(cluster, "node1")["libnccl2"][1] == "install"  # check mode changed nothing
+        run = cluster.playbook("provision.yml", "--tags", "nccl")
+        recap = run.recap()
+        assert run.rc == 0 and recap["node1"]["changed"] == 2, (recap, run.out[-3000:])
+        assert recap["node0"]["changed"] == recap["node2"]["changed"] == 0, recap
+        assert packages(cluster, "node1")["libnccl2"] == ("2.30.4-1+cuda12.9", "hold")
+        assert node1.file(PREFERENCES).content_string == pin
+    finally:
+        cluster.node_exec("node1", "sh", "-c", 'apt-mark hold libnccl2 && printf "%%s" "$1" > %s' % PREFERENCES, "sh",
+                          pin, check=True)
+
+
 def test_forced_driver_is_pinned_held_and_left_alone_the_second_time(cluster, provisioned):
     assert provisioned["converge"].rc == 0
     first = cluster.playbook("provision.yml", "-e", "nvidia_driver_force=true", "--tags", "nvidia_driver")

@@ -32,11 +32,24 @@ def test_every_node_reaches_every_node_by_name_and_address(cluster, provisioned)
         assert OWN_KEY in host.file("/root/.ssh/authorized_keys").content_string
 
 
+def _around(out: str, task: str) -> str:
+    """What a failing check shows: the task's section, and every line that says what a read found different."""
+    section = out.split(task, 1)[1][:1500] if task in out else "(task %r not in the output)" % task
+    found = re.compile(r"differs|is not (held|installed)|is installed|missing")
+    said = [line for line in out.splitlines() if found.search(line)]
+    return "%s\n--- what the reads said:\n%s" % (section, "\n".join(said[-40:]))
+
+
 def _task_status(out: str, task: str, host: str) -> str:
-    """How a task ended on a host in a playbook's output: ok, changed, skipping, failed or '' (not run)."""
-    section = out.split(task, 1)[1].split("\nTASK [", 1)[0] if task in out else ""
-    found = re.search(r"^(ok|changed|skipping|failed|fatal): \[%s\]" % re.escape(host), section, re.M)
-    return found.group(1) if found else ""
+    """How a task ended on a host in a playbook's output: ok, changed, skipping, failed or '' (not run). A task that
+    runs at several points of the play (an internal role included by whichever role comes first on each node) is
+    looked for in each."""
+    for section in out.split(task)[1:]:
+        found = re.search(r"^(ok|changed|skipping|failed|fatal): \[%s\]" % re.escape(host),
+                          section.split("\nTASK [", 1)[0], re.M)
+        if found:
+            return found.group(1)
+    return ""
 
 
 MESH_CHECK = "ssh to every node by every name and address"
@@ -78,17 +91,35 @@ CONVERGE_INCLUDES = {
     "mpi": "Install Open MPI and write the hostfile where the node differs",
     "python_env": "Install where the node differs",
 }
+# The NVIDIA roles' reads (nodes with the stand-in packages: the driver and Fabric Manager on node2, the fake H100 and
+# NVSwitch; CUDA, NCCL and NVIDIA's repository on every node, gpufleet_nvidia_on_gpu_less_nodes).
+NVIDIA_INCLUDES = {
+    "nvidia_driver": ("Install the driver where the node differs", ["node2"]),
+    "nvidia_fabricmanager": ("Install Fabric Manager where the node differs", ["node2"]),
+    "cuda_toolkit": ("Install the toolkits where the node differs", ["node0", "node1", "node2"]),
+    "nccl": ("Install NCCL where the node differs", ["node0", "node1", "node2"]),
+    "nvidia_repo": ("Set up the apt repository where the read found it", ["node0", "node1", "node2"]),
+}
 
 
 def test_a_rerun_on_a_right_cluster_reads_each_role_and_runs_none_of_its_changes(cluster, provisioned):
     """On the idempotence run, every role's read found nothing different on any node: its include is skipped (the
-    read's wishes match what the role's tasks wrote, templates included), and no task of those files ran."""
+    read's wishes match what the role's tasks wrote, templates included), and no task of those files ran. The NVIDIA
+    roles too: the driver, Fabric Manager, CUDA, NCCL and NVIDIA's repository."""
     run = provisioned["idempotence"]
     assert run.rc == 0
     for role, include in CONVERGE_INCLUDES.items():
         for node in cluster.nodes:
-            assert _task_status(run.out, include, node) == "skipping", (role, node, run.out[-3000:])
+            assert _task_status(run.out, include, node) == "skipping", (role, node, _around(run.out, include))
     assert "Write NCCL's configuration file" not in run.out and "Install the pinned packages" not in run.out
+    for role, (include, nodes) in NVIDIA_INCLUDES.items():
+        for node in nodes:
+            assert _task_status(run.out, include, node) == "skipping", (role, node, _around(run.out, include))
+    # None of their install tasks ran: not the packages, the holds, the files, nor the repository's key and source.
+    for task in ("Install the driver branch", "Install NCCL at the pinned version", "Install the toolkit versions",
+                 "Install Fabric Manager and libnvidia-nscq", "Hold the installed packages",
+                 "Install NVIDIA's repository key", "Add NVIDIA's repository, signed by that key only"):
+        assert task not in run.out, (task, run.out[-3000:])
 
 
 def test_what_a_person_changed_by_hand_is_found_and_put_back(cluster, provisioned):
