@@ -52,6 +52,12 @@ def _task_status(out: str, task: str, host: str) -> str:
     return ""
 
 
+def _included(out: str, task: str, host: str) -> bool:
+    """Whether an include task included its file for a host (Ansible says "included: <file> for <hosts>")."""
+    return any(re.search(r"^included: .* for .*\b%s\b" % re.escape(host), section.split("\nTASK [", 1)[0], re.M)
+               for section in out.split(task)[1:])
+
+
 MESH_CHECK = "ssh to every node by every name and address"
 
 
@@ -98,7 +104,7 @@ NVIDIA_INCLUDES = {
     "nvidia_fabricmanager": ("Install Fabric Manager where the node differs", ["node2"]),
     "cuda_toolkit": ("Install the toolkits where the node differs", ["node0", "node1", "node2"]),
     "nccl": ("Install NCCL where the node differs", ["node0", "node1", "node2"]),
-    "nvidia_repo": ("Set up the apt repository where the read found it", ["node0", "node1", "node2"]),
+    "nvidia_repo": ("Set up the repository where the read found it", ["node0", "node1", "node2"]),
 }
 
 
@@ -120,6 +126,34 @@ def test_a_rerun_on_a_right_cluster_reads_each_role_and_runs_none_of_its_changes
                  "Install Fabric Manager and libnvidia-nscq", "Hold the installed packages",
                  "Install NVIDIA's repository key", "Add NVIDIA's repository, signed by that key only"):
         assert task not in run.out, (task, run.out[-3000:])
+
+
+# The NVIDIA roles' reads, skipped where provision.yml's start-of-run package read found a package of the role missing
+# (a first provision): the role goes straight to its install, saying which packages it found missing.
+NVIDIA_READS = {
+    "nvidia_driver": ("Read the driver's packages, their holds and its files (apt)", ["node2"]),
+    "nvidia_fabricmanager": ("Read Fabric Manager's packages and their holds", ["node2"]),
+    "cuda_toolkit": ("Read the toolkits' packages and /etc/profile.d/cuda.sh", ["node0", "node1", "node2"]),
+    "nccl": ("Read NCCL's packages, their version and holds (apt)", ["node0", "node1", "node2"]),
+}
+
+
+def test_a_first_provision_installs_what_the_package_read_found_missing_without_reading_again(cluster, provisioned):
+    """On the converge run the nodes have none of the NVIDIA packages: each role's read is skipped, its install runs,
+    and its first task names the packages missing. On the idempotence run the same reads run (and find nothing)."""
+    converge, again = provisioned["converge"], provisioned["idempotence"]
+    assert converge.rc == 0 and again.rc == 0
+    said = " ".join(converge.out.split())
+    for role, (read, nodes) in NVIDIA_READS.items():
+        include = NVIDIA_INCLUDES[role][0]
+        for node in nodes:
+            assert _task_status(converge.out, read, node) == "skipping", (role, node, _around(converge.out, read))
+            assert _included(converge.out, include, node), (role, node, _around(converge.out, include))
+            assert _task_status(again.out, read, node) == "ok", (role, node, _around(again.out, read))
+    for node in cluster.nodes:
+        assert "%s: not installed: cuda-toolkit-12-8" % node in said, said[-3000:]
+        assert "%s: not installed: libnccl2, libnccl-dev" % node in said, said[-3000:]
+    assert re.search(r"node2: not installed: [^;]*nvidia-fabricmanager", said), said[-3000:]
 
 
 def test_what_a_person_changed_by_hand_is_found_and_put_back(cluster, provisioned):

@@ -7,6 +7,7 @@ and trains from an empty folder outside the checkout by the playbook's FQCN; it 
 and that the script and logs are taken relative to that folder, not the NVIDIA roles (which need servers).
 """
 
+import json
 import os
 import re
 import shutil
@@ -96,6 +97,28 @@ def test_bad_inventory_inputs_are_refused_before_any_node(local, tmp_path, args,
     run = local.playbook("provision.yml", *args, inventory=path)
     assert_stopped_in_the_inventory_check(run)
     assert message % {"inventory": path} in " ".join(run.out.split())
+
+
+@pytest.mark.parametrize("role, variable, value, message", [
+    ("etc_hosts", "etc_hosts_enabled", "maybe",
+     "argument 'etc_hosts_enabled' is of type str and we were unable to convert to bool"),
+    ("python_env", "python_env_packages", {"torch": "2.13.0"},
+     "argument 'python_env_packages' is of type dict and we were unable to convert to list"),
+])
+def test_a_role_variable_of_the_wrong_type_is_refused_before_any_role_runs(local, role, variable, value, message):
+    """provision.yml checks every role's argument spec once, in its pre_tasks (the roles are imported without
+    validating again): a wrong type is refused naming the node, the role and the variable, before any role's task
+    (the first and the last role of the play here). The demo inventory's nodes are this machine (allow_local=true),
+    and the run is in check mode, so that it could change nothing even if the refusal were gone; it reads facts and
+    the package list, and stops."""
+    run = local.playbook("provision.yml", "--check", "-e", "allow_local=true", "-e", json.dumps({variable: value}))
+    assert run.rc != 0, run.out
+    said = " ".join(run.out.split())
+    assert re.search(r"failed: \[node0\] \(item=%s\)" % role, run.out), run.out[-3000:]
+    assert message in said, said[-3000:]
+    assert "TASK [gpufleet.cluster." not in run.out, run.out  # no role's task, not even a preflight's
+    assert not re.search(r"^changed: ", run.out, re.M)
+    assert re.search(r"^node0 +: ok=\d+ +changed=0 ", run.out, re.M), run.out[-2000:]
 
 
 @pytest.fixture(scope="module")
