@@ -40,6 +40,7 @@ of a ratio. A figure, not a test: it fails only when a run fails.
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
 import json
 import os
@@ -152,6 +153,14 @@ def run_measured(cmd: list[str], env: dict, cwd: str, timeout: float = 1800) -> 
                     recap(out))
 
 
+def enabled_callbacks(root: str) -> list[str]:
+    """The callbacks that the ansible.cfg of the checkout at root enables."""
+    config = configparser.ConfigParser()
+    config.read(os.path.join(root, "ansible.cfg"))
+    value = config.get("defaults", "callbacks_enabled", fallback="")
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
 class Bench:
     def __init__(self, state: str, info: dict, forks: int | None = None) -> None:
         self.state = state
@@ -170,8 +179,9 @@ class Bench:
         if self.forks:
             env["ANSIBLE_FORKS"] = str(self.forks)
         if profile:
+            # The task profile beside the callbacks the checkout's own ansible.cfg enables (interrupt, preload).
             env.update(ANSIBLE_CALLBACK_PLUGINS=os.path.join(HERE, "callback_plugins"),
-                       ANSIBLE_CALLBACKS_ENABLED="gpufleet.cluster.interrupt,task_profile",
+                       ANSIBLE_CALLBACKS_ENABLED=",".join(enabled_callbacks(root) + ["task_profile"]),
                        GPUFLEET_TASK_PROFILE=profile)
         return env
 

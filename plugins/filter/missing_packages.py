@@ -10,15 +10,16 @@ from typing import Any
 
 DOCUMENTATION = r"""
 name: missing_packages
-short_description: The package names a node does not have installed, from its packages fact
+short_description: The package names a node does not have installed, from a read of its packages
 version_added: 0.1.0
 description:
-  - The names of O(_input) that are not keys of O(facts)' C(packages) (what provision.yml's
-    M(gpufleet.cluster.node_state) read with C(all_packages), or M(ansible.builtin.package_facts) gathered), in
-    their order.
-  - Where the packages were not gathered (a role run on its own), every name is missing, so that the install task
-    runs and decides as it always does. A package installed later in the play is still listed as missing, which
-    only makes its install task run.
+  - The names of O(_input) that are not installed according to O(installed), in their order.
+  - O(installed) is what provision.yml read at the start of the run (M(gpufleet.cluster.node_state) with
+    C(all_packages), registered and passed to the roles as C(_gpufleet_packages)), or C(ansible_facts.packages)
+    after M(ansible.builtin.package_facts).
+  - Where the packages were not read (a role run on its own, O(installed) null), every name is missing, so that
+    the install task runs and decides as it always does. A package installed later in the play is still listed as
+    missing, which only makes its install task run.
   - provision.yml reads the packages once per node, and each role skips its install task when nothing is missing,
     so that a re-run costs one package manager run per node instead of one per role.
 options:
@@ -27,31 +28,32 @@ options:
     type: list
     elements: str
     required: true
-  facts:
-    description: The node's C(ansible_facts).
-    type: dict
+  installed:
+    description: The installed packages, a name mapping to its versions (package_facts' C(packages)), or null
+      where they were not read.
+    type: raw
     required: true
 """
 
 EXAMPLES = r"""
-- name: Install Open MPI when a package of it is missing
+- name: Install Open MPI when a package of it is missing (in provision.yml's play)
   ansible.builtin.package:
     name: [openmpi-bin, libopenmpi-dev]
     state: present
-  when: "['openmpi-bin', 'libopenmpi-dev'] | gpufleet.cluster.missing_packages(ansible_facts) | length > 0"
+  when: "['openmpi-bin', 'libopenmpi-dev'] | gpufleet.cluster.missing_packages(_gpufleet_packages | default(none))
+         | length > 0"
 """
 
 RETURN = r"""
 _value:
-  description: The names not installed (all of them when the packages were not gathered).
+  description: The names not installed (all of them when the packages were not read).
   type: list
   elements: str
 """
 
 
-def missing_packages(names: Any, facts: Any) -> list[str]:
+def missing_packages(names: Any, installed: Any) -> list[str]:
     wanted = [names] if isinstance(names, str) else list(names or [])
-    installed = (facts or {}).get("packages") if isinstance(facts, dict) else None
     if not isinstance(installed, dict):
         return wanted
     return [name for name in wanted if not installed.get(name)]

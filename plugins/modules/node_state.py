@@ -45,9 +45,12 @@ options:
     default: []
   all_packages:
     description:
-      - Also read every installed package (one C(dpkg-query -W) or C(rpm -qa)), and return them as the fact
-        C(packages), in the shape M(ansible.builtin.package_facts) gives (a name maps to a list of its versions),
+      - Also read every installed package (one C(dpkg-query -W) or C(rpm -qa)), and return them as RV(installed),
+        in the shape of M(ansible.builtin.package_facts)' C(packages) (a name maps to a list of its versions),
         without the package manager's Python bindings and without opening its cache.
+      - They are returned as a value to register, not as a fact, because Ansible copies every fact of a host each
+        time it computes that host's variables (each task, and each read of C(hostvars)); with hundreds of packages
+        that copy was about a tenth of a provision re-run's controller CPU.
     type: bool
     default: false
   package_manager:
@@ -141,11 +144,11 @@ contents:
   returned: always
   type: dict
   sample: {"host_key": "ssh-ed25519 AAAAC3Nz... root@node0\n", "checked": null}
-ansible_facts:
-  description: With O(all_packages), C(packages), every installed package as M(ansible.builtin.package_facts) gives it.
+installed:
+  description: With O(all_packages), every installed package, as M(ansible.builtin.package_facts)' C(packages).
   returned: when O(all_packages) is true
   type: dict
-  sample: {"packages": {"openmpi-bin": [{"name": "openmpi-bin", "version": "4.1.4-3+b1", "source": "apt"}]}}
+  sample: {"openmpi-bin": [{"name": "openmpi-bin", "version": "4.1.4-3+b1", "source": "apt"}]}
 packages:
   description: The installed ones of the packages asked about, each with C(version) and C(held).
   returned: always
@@ -210,7 +213,7 @@ def main() -> None:
     drift, read = drift_of(module.params, run)
     if module.params["all_packages"]:
         kind = module.params["package_manager"]
-        read["ansible_facts"] = {"packages": node_state.package_facts(node_state.read_packages(None, kind, run), kind)}
+        read["installed"] = node_state.package_facts(node_state.read_packages(None, kind, run), kind)
     module.exit_json(changed=False, drift=drift, **read)
 
 

@@ -1,17 +1,17 @@
-"""missing_packages: the install tasks of the roles skip what package_facts found."""
+"""missing_packages: the install tasks of the roles skip what provision.yml's package read found installed."""
 
 from ansible_collections.gpufleet.cluster.plugins.filter.missing_packages import missing_packages
 
-FACTS = {"packages": {"openmpi-bin": [{"version": "4.1.4-3"}], "make": [{"version": "4.3-4.1"}], "g++": []}}
+INSTALLED = {"openmpi-bin": [{"version": "4.1.4-3"}], "make": [{"version": "4.3-4.1"}], "g++": []}
 
 
 def test_only_what_is_not_installed_is_missing_in_order():
-    assert missing_packages(["libopenmpi-dev", "openmpi-bin", "g++", "make"], FACTS) == ["libopenmpi-dev", "g++"]
-    assert missing_packages(["openmpi-bin", "make"], FACTS) == []
+    assert missing_packages(["libopenmpi-dev", "openmpi-bin", "g++", "make"], INSTALLED) == ["libopenmpi-dev", "g++"]
+    assert missing_packages(["openmpi-bin", "make"], INSTALLED) == []
 
 
-def test_without_gathered_packages_everything_is_missing():
-    """A role run on its own (no package_facts): its install task runs as it always did."""
-    assert missing_packages(["make"], {"os_family": "Debian"}) == ["make"]
-    assert missing_packages(["make"], {}) == ["make"]
+def test_without_a_package_read_everything_is_missing():
+    """A role run on its own (provision.yml's read not there): its install task runs as it always did."""
+    assert missing_packages(["make"], None) == ["make"]
     assert missing_packages("openssh-client", None) == ["openssh-client"]
+    assert missing_packages(["make"], {}) == ["make"]

@@ -235,4 +235,4 @@ def test_every_installed_package_in_package_facts_shape_from_one_command():
     node_state.read_packages(None, "dnf", run)
     assert commands[-1][:2] == ["rpm", "-qa"]
     from ansible_collections.gpufleet.cluster.plugins.filter.missing_packages import missing_packages
-    assert missing_packages(["bash", "openmpi-bin"], {"packages": facts}) == ["openmpi-bin"]
+    assert missing_packages(["bash", "openmpi-bin"], facts) == ["openmpi-bin"]

@@ -1,0 +1,46 @@
+"""gpufleet.cluster.preload: after it ran, the collection's filter files (and Ansible's own filters and tests) are
+loaded in the process, so that a forked worker finds them there. Checked in a new Python process with Ansible's
+collection finder installed, as ansible-playbook has it; what a worker then saves is measured by
+bench/provision_cost.py, not here."""
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+COLLECTIONS = os.path.join(REPO, "collections")
+FILTERS = os.path.join(COLLECTIONS, "ansible_collections", "gpufleet", "cluster", "plugins", "filter")
+
+SCRIPT = r"""
+import json, sys
+from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+_AnsibleCollectionFinder(paths=[sys.argv[1]])._install()
+from ansible_collections.gpufleet.cluster.plugins.callback import preload
+before = sorted(name for name in sys.modules if ".plugins.filter." in name)
+failed = preload.preload()
+after = sorted(name for name in sys.modules if "plugins.filter." in name or "plugins.test." in name)
+print(json.dumps({"before": before, "failed": failed, "after": after,
+                  "bad": preload.preload(((preload.filter_loader, "gpufleet.cluster.no_such_filter"),))}))
+"""
+
+
+def _run() -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, COLLECTIONS], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_filter_file_of_the_collection_and_ansibles_own_are_loaded():
+    seen = _run()
+    assert seen["before"] == [] and seen["failed"] == []
+    ours = sorted(name[:-3] for name in os.listdir(FILTERS) if name.endswith(".py") and name != "__init__.py")
+    for name in ours:
+        assert "ansible_collections.gpufleet.cluster.plugins.filter.%s" % name in seen["after"], (name, seen["after"])
+    assert "ansible_collections.gpufleet.cluster.plugins.test.job_name" in seen["after"]
+    assert any(name.startswith("ansible.plugins.filter.core") for name in seen["after"])  # ansible.builtin's filters
+    assert any(name.startswith("ansible.plugins.test.core") for name in seen["after"])  # and tests
+
+
+def test_a_plugin_that_cannot_be_found_is_reported_not_raised():
+    assert _run()["bad"] == ["gpufleet.cluster.no_such_filter"]
