@@ -101,3 +101,19 @@ def test_the_job_roles_phases_share_no_fact_but_their_results():
     # The heartbeats' key, the forced stop's result and the submitted Slurm job stay in the file that makes them.
     for local in ("__job_gang_key", "__job_forced_stop", "__job_sbatch"):
         assert local in users and local not in across, (local, users.get(local))
+
+
+def test_provision_checks_the_spec_of_every_role_it_imports_and_imports_none_unchecked():
+    """provision.yml imports its roles without validating their argument specs (rolespec_validate: false), because
+    its pre_tasks check them all at once (_provision_roles): a role imported but missing from that list would run
+    unchecked. The list and the imports must name the same roles, in the same order."""
+    with open(os.path.join(REPO, "playbooks", "provision.yml")) as handle:
+        plays = yaml.safe_load(handle)
+    play = next(play for play in plays if play.get("name") == "Provision gpu_nodes")
+    imports = [task["ansible.builtin.import_role"] for task in play["tasks"] if "ansible.builtin.import_role" in task]
+    imported = [role["name"].rpartition(".")[2] for role in imports]
+    unchecked = [role["name"] for role in imports if role.get("rolespec_validate") is not False]
+    assert imported and imported == play["vars"]["_provision_roles"], (imported, play["vars"]["_provision_roles"])
+    assert not unchecked, "imported with their own validation again: %s" % unchecked
+    for role in imported:
+        assert load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"], role

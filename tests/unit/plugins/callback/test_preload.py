@@ -3,10 +3,12 @@ loaded in the process, so that a forked worker finds them there. Checked in a ne
 collection finder installed, as ansible-playbook has it; what a worker then saves is measured by
 bench/provision_cost.py, not here."""
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import weakref
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 COLLECTIONS = os.path.join(REPO, "collections")
@@ -44,3 +46,33 @@ def test_every_filter_file_of_the_collection_and_ansibles_own_are_loaded():
 
 def test_a_plugin_that_cannot_be_found_is_reported_not_raised():
     assert _run()["bad"] == ["gpufleet.cluster.no_such_filter"]
+
+
+class _Cycle:
+    """An object in a reference cycle: freed by the garbage collector only, never by reference counting."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_each_task_start_freezes_what_exists_and_every_hundredth_collects_it_first():
+    """The workers forked for a task find the objects that existed at its start frozen (gc.get_freeze_count); cyclic
+    garbage frozen since is freed at the next hundredth task, not kept for the whole playbook."""
+    from ansible_collections.gpufleet.cluster.plugins.callback import preload  # pylint: disable=import-outside-toplevel
+    callback = preload.CallbackModule()
+    gc.unfreeze()
+    try:
+        garbage = _Cycle()
+        dead = weakref.ref(garbage)
+        callback.v2_playbook_on_task_start(None, False)  # the first task: collect, then freeze
+        assert gc.get_freeze_count() > 0
+        del garbage
+        gc.collect()
+        assert dead() is not None, "a frozen object is not collected"
+        for _ in range(preload.UNFREEZE_EVERY - 1):
+            callback.v2_playbook_on_handler_task_start(None)
+            assert dead() is not None
+        callback.v2_playbook_on_task_start(None, False)  # the hundred-and-first: unfreeze, collect, freeze
+        assert dead() is None and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
