@@ -122,7 +122,8 @@ def read_text(path: str, limit: int = -1) -> Optional[str]:
 
 
 def read_file(path: str) -> dict[str, Any]:
-    """What a file is (without following a last link): kind, mode ("0644"), owner, group, sha1 of a regular file."""
+    """What a file is (without following a last link): kind, mode ("0644"), owner, group, sha1 of a regular file, src
+    (what it points at) of a link."""
     path = os.path.expanduser(path)
     try:
         info = os.lstat(path)
@@ -132,6 +133,8 @@ def read_file(path: str) -> dict[str, Any]:
     found: dict[str, Any] = {"kind": kinds.get(stat.S_IFMT(info.st_mode), "other"),
                              "mode": "%04o" % stat.S_IMODE(info.st_mode), "owner": _name(pwd.getpwuid, info.st_uid),
                              "group": _name(grp.getgrgid, info.st_gid)}
+    if found["kind"] == "link":
+        found["src"] = os.readlink(path)
     if found["kind"] == "file":
         digest = hashlib.sha1()  # noqa: S324  # the digest Ansible's copy and template compare, not for security
         with open(path, "rb") as handle:
@@ -153,14 +156,19 @@ def sha1_of(text: str) -> str:
 
 
 def file_drift(want: dict[str, Any], found: dict[str, Any]) -> list[str]:
-    """Sentences for each way the file at want["path"] differs: its kind (state: file, directory, absent), its
-    content (content, or sha1), mode, owner, group. An unset wish is not compared."""
+    """Sentences for each way the file at want["path"] differs: its kind (state: file, directory, link, absent), its
+    content (content, or sha1), mode, owner, group, or for a link what it points at (src). An unset wish is not
+    compared."""
     path, state = want["path"], want.get("state") or "file"
     if state == "absent":
         return [] if found["kind"] == "absent" else ["%s is there" % path]
     if found["kind"] != state:
         return ["%s is %s, not a %s" % (path, "missing" if found["kind"] == "absent" else "a " + found["kind"],
                                         state)]
+    if state == "link":
+        src = want.get("src")
+        return [] if src is None or found.get("src") == src else ["%s points at %s, not %s" % (path, found.get("src"),
+                                                                                               src)]
     drift = []
     content_sha1 = sha1_of(want["content"]) if want.get("content") is not None else want.get("sha1")
     if state == "file" and content_sha1 and found.get("sha1") != content_sha1:

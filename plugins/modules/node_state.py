@@ -60,9 +60,10 @@ options:
     default: apt
   files:
     description:
-      - Files as they must be. Each has C(path), and optionally C(state) (C(file), the default, C(directory) or
-        C(absent)), C(content) (the whole text, compared by its SHA-1 as Ansible's copy and template do) or
-        C(sha1), C(mode), C(owner) and C(group). What is not given is not compared.
+      - Files as they must be. Each has C(path), and optionally C(state) (C(file), the default, C(directory),
+        C(link) or C(absent)), C(content) (the whole text, compared by its SHA-1 as Ansible's copy and template do) or
+        C(sha1), C(mode), C(owner) and C(group); a link's C(src), what it must point at (the link's own text, as
+        C(ansible.builtin.file) with C(state=link) writes it). What is not given is not compared.
     type: list
     elements: dict
     default: []

@@ -79,6 +79,24 @@ def test_a_link_is_not_taken_for_the_file_it_points_to(tmp_path):
         "%s is a link, not a file" % (tmp_path / "link")]
 
 
+def test_a_link_differs_by_what_it_points_at_or_by_not_being_a_link(tmp_path):
+    """state: link compares the link's own text (os.readlink), as ansible.builtin.file writes it; a dangling link
+    that says the right path is right."""
+    os.symlink("/usr/local/cuda-13.0", str(tmp_path / "cuda"))
+    found = node_state.read_file(str(tmp_path / "cuda"))
+    assert found["kind"] == "link" and found["src"] == "/usr/local/cuda-13.0"
+    want = {"path": str(tmp_path / "cuda"), "state": "link", "src": "/usr/local/cuda-13.0"}
+    assert node_state.file_drift(want, found) == []
+    assert node_state.file_drift(dict(want, src="/usr/local/cuda-12.8"), found) == [
+        "%s points at /usr/local/cuda-13.0, not /usr/local/cuda-12.8" % (tmp_path / "cuda")]
+    assert node_state.file_drift({"path": str(tmp_path / "cuda"), "state": "link"}, found) == []
+    (tmp_path / "file").write_text("x")
+    assert node_state.file_drift(dict(want, path=str(tmp_path / "file")), node_state.read_file(str(tmp_path / "file"))) \
+        == ["%s is a file, not a link" % (tmp_path / "file")]
+    assert node_state.file_drift(dict(want, path="/x"), node_state.read_file(str(tmp_path / "none"))) == [
+        "/x is missing, not a link"]
+
+
 HOSTS = """127.0.0.1\tlocalhost
 # BEGIN gpufleet etc_hosts: the cluster's nodes
 192.0.2.11\tnode0
