@@ -144,6 +144,26 @@ def read_file(path: str) -> dict[str, Any]:
     return found
 
 
+def grep_fixed(text: str, paths: list[str], limit: int = 1 << 20) -> dict[str, str]:
+    """The lines that contain text (a fixed string), by file, in the files at paths and in every file below a folder
+    among them (as grep -rsF): {path: its matching lines, each ending with a newline}. Unreadable files are left out."""
+    files: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, names in os.walk(path):
+                dirs.sort()
+                files.extend(os.path.join(root, name) for name in sorted(names))
+        else:
+            files.append(path)
+    found: dict[str, str] = {}
+    for path in files:
+        content = read_text(path, limit) if os.path.isfile(path) else None
+        lines = [line for line in (content or "").splitlines() if text in line]
+        if lines:
+            found[path] = "".join(line + "\n" for line in lines)
+    return found
+
+
 def _name(lookup: Callable[[int], Any], number: int) -> str:
     try:
         return str(lookup(number)[0])

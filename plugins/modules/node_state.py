@@ -81,6 +81,11 @@ options:
       - Paths here and in O(files) and O(blocks) may start with C(~user).
     type: dict
     default: {}
+  grep:
+    description:
+      - A fixed string, C(text), to look for in C(paths), files or folders searched through (as C(grep -rsF));
+        RV(grep) has the lines that contain it, by file. Reading is never a difference.
+    type: dict
   lines_absent:
     description: Lines that must not be in a file, each C(path) and C(regexp) (a Python regular expression searched
       in each line, as C(ansible.builtin.lineinfile) with C(state=absent) removes them).
@@ -145,6 +150,11 @@ contents:
   returned: always
   type: dict
   sample: {"host_key": "ssh-ed25519 AAAAC3Nz... root@node0\n", "checked": null}
+grep:
+  description: With O(grep), the lines that contain its text, by file (each line ending with a newline).
+  returned: when O(grep) is given
+  type: dict
+  sample: {"/etc/apt/sources.list.d/cuda-debian12-x86_64.list": "deb [signed-by=...] https://.../x86_64/ /\n"}
 installed:
   description: With O(all_packages), every installed package, as M(ansible.builtin.package_facts)' C(packages).
   returned: when O(all_packages) is true
@@ -188,6 +198,9 @@ def drift_of(params: dict, run: node_state.Run) -> tuple[list[str], dict]:
         drift.extend(node_state.module_drift(params["kernel_modules"], loaded))
     read: dict = {"packages": packages,
                   "contents": {name: node_state.read_text(path, READ_LIMIT) for name, path in params["read"].items()}}
+    if params.get("grep"):
+        grep = params["grep"]
+        read["grep"] = node_state.grep_fixed(str(grep["text"]), [str(path) for path in grep.get("paths") or []])
     if params.get("python_env"):
         venv = params["python_env"]["path"]
         read["python_packages"] = node_state.venv_versions(venv)
@@ -202,6 +215,7 @@ def main() -> None:
                        "all_packages": {"type": "bool", "default": False},
                        "files": LIST_OF_DICT, "blocks": LIST_OF_DICT, "lines_absent": LIST_OF_DICT,
                        "resolve": {"type": "dict", "default": {}}, "python_env": {"type": "dict"},
+                       "grep": {"type": "dict"},
                        "read": {"type": "dict", "default": {}},
                        "services": LIST_OF_DICT,
                        "kernel_modules": LIST_OF_STR},

@@ -254,3 +254,19 @@ def test_every_installed_package_in_package_facts_shape_from_one_command():
     assert commands[-1][:2] == ["rpm", "-qa"]
     from ansible_collections.gpufleet.cluster.plugins.filter.missing_packages import missing_packages
     assert missing_packages(["bash", "openmpi-bin"], facts) == ["openmpi-bin"]
+
+
+def test_grep_finds_the_lines_with_a_fixed_string_in_files_and_below_folders(tmp_path):
+    """As `grep -rsF TEXT FILE FOLDER`, one module run instead of a command: nvidia_repo's search for other apt
+    sources of NVIDIA's repository. A missing path is no error; the text is not a pattern."""
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64"
+    (tmp_path / "sources.list").write_text("deb http://deb.debian.org/debian bookworm main\n")
+    listing = tmp_path / "sources.list.d"
+    (listing / "sub").mkdir(parents=True)
+    (listing / "cuda-debian12-x86_64.list").write_text("# NVIDIA\ndeb [signed-by=/k.gpg] %s/ /\n" % url)
+    (listing / "sub" / "old.list").write_text("deb %s/ /\ndeb %s/ /\n" % (url, url))
+    (listing / "other.sources").write_text("URIs: https://developer.download.nvidia.com/compute/cuda\n")
+    found = node_state.grep_fixed(url, [str(tmp_path / "sources.list"), str(listing), str(tmp_path / "none")])
+    assert found == {str(listing / "cuda-debian12-x86_64.list"): "deb [signed-by=/k.gpg] %s/ /\n" % url,
+                     str(listing / "sub" / "old.list"): "deb %s/ /\ndeb %s/ /\n" % (url, url)}
+    assert node_state.grep_fixed("x86.64", [str(listing)]) == {}
