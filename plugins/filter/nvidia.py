@@ -35,8 +35,10 @@ description:
     C(dpkg_listing | other_branch_packages(branch)) those of the other branches installed (Fabric Manager's too).
   - C(version | upstream_version) is a package version without epoch and revision (C(1:560.35.03-0ubuntu1) is
     C(560.35.03)); C(branch | fabricmanager_packages(kind)) names Fabric Manager's and libnvidia-nscq's packages
-    for a driver branch and C(apt) or C(dnf); C(names | at_upstream_version(version, kind)) makes package
-    specifications at an upstream version, whatever the revision.
+    for a driver branch and C(apt) or C(dnf); C(branch | driver_version_packages) names the driver packages whose
+    installed version is the driver's (the branch's metapackages, then the unversioned ones);
+    C(names | at_upstream_version(version, kind)) makes package specifications at an upstream version, whatever
+    the revision.
   - C(apt_cache_policy | podman_cdi_problem(host)) says why the node's Podman (installed, else apt's candidate) cannot
     give containers GPUs through CDI (older than 4.1), or an empty string.
   - C(dkms_status | dkms_versions(kernel)) lists the versions of the nvidia DKMS module built for a kernel (dkms 2's
@@ -145,6 +147,7 @@ class FilterModule:
                 "apt_sources_for": nvidia_packaging.apt_sources_for,
                 "upstream_version": nvidia_packaging.upstream_version,
                 "fabricmanager_packages": nvidia_packaging.fabricmanager_packages,
+                "driver_version_packages": nvidia_packaging.driver_version_packages,
                 "at_upstream_version": nvidia_packaging.at_upstream_version,
                 "podman_cdi_problem": nvidia_packaging.podman_cdi_problem,
                 "alternative_state": nvidia_packaging.alternative_state,

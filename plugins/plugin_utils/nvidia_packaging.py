@@ -79,6 +79,13 @@ def fabricmanager_packages(branch: object, kind: str) -> list[str]:
     return ["nvidia-fabricmanager-%d" % number, "libnvidia-nscq-%d" % number]
 
 
+def driver_version_packages(branch: object) -> list[str]:
+    """The driver packages whose installed version is the driver's, first found first: the branch's metapackage of
+    either flavor (nvidia-open-580, cuda-drivers-580), then the unversioned ones (NVIDIA's driver installation
+    guide's package names). nvidia_facts reads the first installed; Fabric Manager must be at its version."""
+    return ["nvidia-open-%s" % branch, "cuda-drivers-%s" % branch, "nvidia-open", "cuda-drivers"]
+
+
 def at_upstream_version(names: Iterable[str], version: object, kind: str) -> list[str]:
     """Package specifications of names at an upstream version, whatever their revision: apt 'name=560.35.03-*'
     (the apt module's version wildcard), dnf 'name-560.35.03'."""

@@ -113,6 +113,13 @@ def test_fabric_manager_s_names_per_branch_as_nvidia_s_driver_container_installs
     assert pkg.fabricmanager_packages(570, "dnf") == ["nvidia-fabric-manager", "libnvidia-nscq-570"]
 
 
+def test_the_driver_packages_whose_version_is_the_drivers_branch_first_then_unversioned():
+    """One list for the driver's preflight read and Fabric Manager's own read: the first installed is the driver's
+    version (either flavor's branch metapackage, then NVIDIA's unversioned ones)."""
+    assert pkg.driver_version_packages(580) == ["nvidia-open-580", "cuda-drivers-580", "nvidia-open", "cuda-drivers"]
+    assert pkg.driver_version_packages("570") == pkg.driver_version_packages(570)
+
+
 # `apt-cache policy podman` on Ubuntu 22.04 (jammy-updates ships 3.4.4+ds1-1ubuntu1.22.04.3) and on Debian 12.
 JAMMY_PODMAN = """podman:
   Installed: (none)
