@@ -44,7 +44,9 @@ description:
   - C(dkms_status | dkms_versions(kernel)) lists the versions of the nvidia DKMS module built for a kernel (dkms 2's
     and 3's C(dkms status) lines).
   - C(display_output | alternative_state) reads C(update-alternatives --display NAME) (Debian's and EL's) into
-    C(value) (where the link points) and C(manual).
+    C(value) (where the link points) and C(manual); C(record | alternative_set_by_hand) says whether the
+    alternatives system's own record of a link (C(/var/lib/dpkg/alternatives/NAME), null where missing) is set by
+    hand.
   - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
     C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string; C(wanted | dcgm_cuda_major(branch))
     is the CUDA major whose DCGM build a node gets (the driver branch's when empty, 13 on 580, 12 on 525 to 575);
@@ -151,6 +153,7 @@ class FilterModule:
                 "at_upstream_version": nvidia_packaging.at_upstream_version,
                 "podman_cdi_problem": nvidia_packaging.podman_cdi_problem,
                 "alternative_state": nvidia_packaging.alternative_state,
+                "alternative_set_by_hand": nvidia_packaging.alternative_set_by_hand,
                 "dkms_versions": nvidia_packaging.dkms_versions,
                 "dcgm_preflight_error": dcgm.preflight_error, "dcgm_cuda_major": dcgm_cuda_major,
                 "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages}

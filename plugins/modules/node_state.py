@@ -114,6 +114,16 @@ options:
     type: list
     elements: str
     default: []
+  reads:
+    description:
+      - Several reads in the same run, by a name of the caller's choosing (a role's), each a dict of the options
+        above but O(all_packages) and O(reads), checked as they are; RV(reads) has each one's result by its name, as
+        the module returns it for its own options. A null read is not made (a role that does not apply to the node).
+      - provision.yml reads every role's state on a node this way, in one run, before any role changes anything
+        (the roles' own reads are the same dicts, in their vars).
+      - The packages of all the reads are read with one command.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -165,22 +175,46 @@ packages:
   returned: always
   type: dict
   sample: {"openmpi-bin": {"version": "4.1.4-3+b1", "held": false}}
+reads:
+  description: With O(reads), each read's result by its name (RV(drift), RV(packages), RV(contents), and
+    RV(grep) and RV(python_packages) where asked for).
+  returned: when O(reads) is given
+  type: dict
+  sample: {"mpi": {"drift": [], "packages": {"openmpi-bin": {"version": "4.1.4-3+b1", "held": false}},
+                   "contents": {}}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import node_state
 
 LIST_OF_STR = {"type": "list", "elements": "str", "default": []}
 LIST_OF_DICT = {"type": "list", "elements": "dict", "default": []}
 READ_LIMIT = 64 * 1024
+# The options of one read: the module's own, and each of O(reads).
+READ_SPEC = {"packages": LIST_OF_STR, "absent_packages": LIST_OF_STR, "held": LIST_OF_STR,
+             "package_manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
+             "files": LIST_OF_DICT, "blocks": LIST_OF_DICT, "lines_absent": LIST_OF_DICT,
+             "resolve": {"type": "dict", "default": {}}, "python_env": {"type": "dict"},
+             "grep": {"type": "dict"},
+             "read": {"type": "dict", "default": {}},
+             "services": LIST_OF_DICT,
+             "kernel_modules": LIST_OF_STR}
 
 
-def drift_of(params: dict, run: node_state.Run) -> tuple[list[str], dict]:
-    """Every difference between the node and params, and what was read (packages, python_packages)."""
-    names = sorted(set(spec.partition("=")[0] for spec in params["packages"])
-                   | set(params["absent_packages"]) | set(params["held"]))
-    packages = node_state.read_packages(names, params["package_manager"], run)
+def package_names(params: dict) -> list[str]:
+    """The packages a read asks about."""
+    return sorted(set(spec.partition("=")[0] for spec in params["packages"])
+                  | set(params["absent_packages"]) | set(params["held"]))
+
+
+def drift_of(params: dict, run: node_state.Run, found: dict | None = None) -> tuple[list[str], dict]:
+    """Every difference between the node and params, and what was read (packages, python_packages). found: the
+    packages already read (reads_of reads those of every read at once)."""
+    names = package_names(params)
+    packages = ({name: found[name] for name in names if name in found} if found is not None
+                else node_state.read_packages(names, params["package_manager"], run))
     drift = node_state.package_drift(params["packages"], params["absent_packages"], params["held"], packages)
     for want in params["files"]:
         drift.extend(node_state.file_drift(want, node_state.read_file(want["path"])))
@@ -208,24 +242,54 @@ def drift_of(params: dict, run: node_state.Run) -> tuple[list[str], dict]:
     return drift, read
 
 
+def checked_reads(reads: dict) -> dict[str, dict]:
+    """Each read of O(reads) (null ones left out) checked against READ_SPEC, with its defaults; ValueError naming
+    the read and the option that is wrong."""
+    checked = {}
+    for name, options in reads.items():
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            raise ValueError("reads.%s must be a dict of node_state's options, not %r" % (name, options))
+        result = ArgumentSpecValidator(READ_SPEC).validate(options)
+        if result.error_messages:
+            raise ValueError("reads.%s: %s" % (name, "; ".join(result.error_messages)))
+        checked[str(name)] = result.validated_parameters
+    return checked
+
+
+def reads_of(reads: dict[str, dict], run: node_state.Run) -> dict[str, dict]:
+    """Each checked read's result by its name: the packages of all of them read with one command per package
+    manager."""
+    found: dict[str, dict] = {}
+    for kind in sorted(set(params["package_manager"] for params in reads.values())):
+        names = sorted(set(name for params in reads.values() if params["package_manager"] == kind
+                           for name in package_names(params)))
+        found[kind] = node_state.read_packages(names, kind, run)
+    results = {}
+    for name, params in reads.items():
+        drift, read = drift_of(params, run, found[params["package_manager"]])
+        results[name] = dict(read, drift=drift)
+    return results
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"packages": LIST_OF_STR, "absent_packages": LIST_OF_STR, "held": LIST_OF_STR,
-                       "package_manager": {"type": "str", "choices": ["apt", "dnf"], "default": "apt"},
-                       "all_packages": {"type": "bool", "default": False},
-                       "files": LIST_OF_DICT, "blocks": LIST_OF_DICT, "lines_absent": LIST_OF_DICT,
-                       "resolve": {"type": "dict", "default": {}}, "python_env": {"type": "dict"},
-                       "grep": {"type": "dict"},
-                       "read": {"type": "dict", "default": {}},
-                       "services": LIST_OF_DICT,
-                       "kernel_modules": LIST_OF_STR},
+        argument_spec=dict(READ_SPEC, all_packages={"type": "bool", "default": False},
+                           reads={"type": "dict", "default": {}}),
         supports_check_mode=True,
     )
 
     def run(argv: list) -> tuple[int, str, str]:
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
+    try:
+        reads = checked_reads(module.params["reads"])
+    except ValueError as error:
+        module.fail_json(msg=str(error))
     drift, read = drift_of(module.params, run)
+    if reads:
+        read["reads"] = reads_of(reads, run)
     if module.params["all_packages"]:
         kind = module.params["package_manager"]
         read["installed"] = node_state.package_facts(node_state.read_packages(None, kind, run), kind)

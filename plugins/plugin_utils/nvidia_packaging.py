@@ -237,6 +237,13 @@ def alternative_state(display: str) -> dict[str, object]:
     return {"value": current, "manual": manual}
 
 
+def alternative_set_by_hand(record: object) -> bool:
+    """Whether an alternative was set by hand, from the alternatives system's own record of it
+    (/var/lib/dpkg/alternatives/NAME on Debian, /var/lib/alternatives/NAME on EL), whose first line is its mode,
+    "manual" or "auto" (update-alternatives --display reads the same line). A missing record (None) is not."""
+    return str(record or "").splitlines()[:1] == ["manual"]
+
+
 def dkms_versions(status: str, kernel: str, module: str = "nvidia") -> list[str]:
     """The versions of a DKMS module built or installed for a kernel, from `dkms status -m MODULE`: dkms 3 prints
     "nvidia/580.95.05, 6.8.0-49-generic, x86_64: installed", dkms 2 "nvidia, 580.95.05, 6.8.0-49-generic, x86_64:

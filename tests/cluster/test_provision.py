@@ -89,7 +89,7 @@ def test_the_mesh_check_runs_when_the_mesh_changed_and_learns_nothing(cluster, p
     assert _task_status(run.out, MESH_CHECK, "node0") == "skipping"
 
 
-# Each converted role's one include after its read (gpufleet.cluster.node_state): skipped on a node that is right.
+# Each converted role's one include after its read (gpufleet.cluster.node_state), where the role reads the node itself.
 CONVERGE_INCLUDES = {
     "etc_hosts": "Configure /etc/hosts where it differs",
     "ssh_mesh": "Authorize the keys, trust the host keys and write the SSH configuration where they differ",
@@ -106,26 +106,54 @@ NVIDIA_INCLUDES = {
     "nccl": ("Install NCCL where the node differs", ["node0", "node1", "node2"]),
     "nvidia_repo": ("Set up the repository where the read found it", ["node0", "node1", "node2"]),
 }
+# provision.yml's one read of every role after Fabric Manager, and each role's first task, skipped where that read
+# found nothing of the role's to change (the rest of the role is not loaded).
+ONE_READ = "Read what the roles below would change on each node, at once"
+SKIPPED_ROLE = " (skipped where provision.yml's read found nothing to change)"
+ROLE_GATES = {
+    "nvidia_peermem": "Set up GPUDirect RDMA where wanted" + SKIPPED_ROLE,
+    "cuda_toolkit": "Read and install the toolkits" + SKIPPED_ROLE,
+    "nccl": "Read and install NCCL" + SKIPPED_ROLE,
+    "etc_hosts": "Read, configure and verify /etc/hosts" + SKIPPED_ROLE,
+    "ssh_mesh": "Read, write and check the SSH mesh" + SKIPPED_ROLE,
+    "nccl_env": "Read and write the configuration files" + SKIPPED_ROLE,
+    "mpi": "Read and install Open MPI and the hostfile" + SKIPPED_ROLE,
+    "nccl_tests": "Build nccl-tests",
+    "python_env": "Read and install the environment" + SKIPPED_ROLE,
+}
 
 
 def test_a_rerun_on_a_right_cluster_reads_each_role_and_runs_none_of_its_changes(cluster, provisioned):
-    """On the idempotence run, every role's read found nothing different on any node: its include is skipped (the
-    read's wishes match what the role's tasks wrote, templates included), and no task of those files ran. The NVIDIA
-    roles too: the driver, Fabric Manager, CUDA, NCCL and NVIDIA's repository."""
+    """On the idempotence run, provision.yml's one read of each node found nothing of any role's to change (the
+    read's wishes match what the roles' tasks wrote, templates included): every role after Fabric Manager is skipped
+    at its first task on every node, so none of its own reads, includes or changes ran. The driver and Fabric Manager
+    read the node themselves: their includes are skipped."""
     run = provisioned["idempotence"]
     assert run.rc == 0
+    for node in cluster.nodes:
+        assert _task_status(run.out, ONE_READ, node) == "ok", (node, _around(run.out, ONE_READ))
+        for role, gate in ROLE_GATES.items():
+            assert _task_status(run.out, gate, node) == "skipping", (role, node, _around(run.out, gate))
     for role, include in CONVERGE_INCLUDES.items():
-        for node in cluster.nodes:
-            assert _task_status(run.out, include, node) == "skipping", (role, node, _around(run.out, include))
+        assert include not in run.out, (role, _around(run.out, include))
     assert "Write NCCL's configuration file" not in run.out and "Install the pinned packages" not in run.out
-    for role, (include, nodes) in NVIDIA_INCLUDES.items():
+    for role in ("nvidia_driver", "nvidia_fabricmanager"):
+        include, nodes = NVIDIA_INCLUDES[role]
         for node in nodes:
             assert _task_status(run.out, include, node) == "skipping", (role, node, _around(run.out, include))
+    for role in ("cuda_toolkit", "nccl"):
+        assert NVIDIA_INCLUDES[role][0] not in run.out, (role, _around(run.out, NVIDIA_INCLUDES[role][0]))
+    # NVIDIA's repository is read by the driver role on its GPU node (node2), and skipped with CUDA and NCCL elsewhere.
+    repository = NVIDIA_INCLUDES["nvidia_repo"][0]
+    assert _task_status(run.out, repository, "node2") == "skipping", _around(run.out, repository)
+    assert _task_status(run.out, repository, "node0") == _task_status(run.out, repository, "node1") == ""
     # None of their install tasks ran: not the packages, the holds, the files, nor the repository's key and source.
     for task in ("Install the driver branch", "Install NCCL at the pinned version", "Install the toolkit versions",
                  "Install Fabric Manager and libnvidia-nscq", "Hold the installed packages",
                  "Install NVIDIA's repository key", "Add NVIDIA's repository, signed by that key only"):
         assert task not in run.out, (task, run.out[-3000:])
+
+
 
 
 # The NVIDIA roles' reads, skipped where provision.yml's start-of-run package read found a package of the role missing
@@ -140,7 +168,8 @@ NVIDIA_READS = {
 
 def test_a_first_provision_installs_what_the_package_read_found_missing_without_reading_again(cluster, provisioned):
     """On the converge run the nodes have none of the NVIDIA packages: each role's read is skipped, its install runs,
-    and its first task names the packages missing. On the idempotence run the same reads run (and find nothing)."""
+    and its first task names the packages missing. On the idempotence run the driver's and Fabric Manager's reads run
+    (and find nothing), and CUDA and NCCL are skipped by provision.yml's one read of the node."""
     converge, again = provisioned["converge"], provisioned["idempotence"]
     assert converge.rc == 0 and again.rc == 0
     said = " ".join(converge.out.split())
@@ -149,7 +178,11 @@ def test_a_first_provision_installs_what_the_package_read_found_missing_without_
         for node in nodes:
             assert _task_status(converge.out, read, node) == "skipping", (role, node, _around(converge.out, read))
             assert _included(converge.out, include, node), (role, node, _around(converge.out, include))
-            assert _task_status(again.out, read, node) == "ok", (role, node, _around(again.out, read))
+            # The re-run reads the driver and Fabric Manager itself; CUDA and NCCL through its one read of the node.
+            if role in ROLE_GATES:
+                assert _task_status(again.out, ROLE_GATES[role], node) == "skipping", (role, node)
+            else:
+                assert _task_status(again.out, read, node) == "ok", (role, node, _around(again.out, read))
     for node in cluster.nodes:
         assert "%s: not installed: cuda-toolkit-12-8" % node in said, said[-3000:]
         assert "%s: not installed: libnccl2, libnccl-dev" % node in said, said[-3000:]

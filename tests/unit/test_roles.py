@@ -117,3 +117,40 @@ def test_provision_checks_the_spec_of_every_role_it_imports_and_imports_none_unc
     assert not unchecked, "imported with their own validation again: %s" % unchecked
     for role in imported:
         assert load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"], role
+
+
+def test_provision_skips_only_roles_its_one_read_covers_and_each_of_them_whole():
+    """provision.yml's one read of each node after Fabric Manager covers _provision_read_roles, in the play's order
+    (gpufleet.cluster.settled_roles skips a prefix of that list, so the order is the run's); each role names what the
+    read asks for it (_<role>_ahead) and how it is found settled (_<role>_settled) in its vars. A covered role's tasks
+    in main.yml that do the role's work are all behind the one check of _gpufleet_settled: a task of its own reads
+    or changes left outside would run on a node the read found right, or change a node the read said was right.
+    Outside may stay only checks of the role's inputs (assert), views of them (import_tasks of checks) and messages
+    (debug)."""
+    with open(os.path.join(REPO, "playbooks", "provision.yml")) as handle:
+        plays = yaml.safe_load(handle)
+    play = next(play for play in plays if play.get("name") == "Provision gpu_nodes")
+    imported = play["vars"]["_provision_roles"]
+    covered = play["vars"]["_provision_read_roles"]
+    # nvidia_repo is read for cuda_toolkit and nccl, which include it: it comes right before the first of them.
+    in_play = [role for role in covered if role != "nvidia_repo"]
+    assert in_play == [role for role in imported if role in in_play], (covered, imported)
+    assert covered.index("nvidia_repo") == covered.index("cuda_toolkit") - 1, covered
+    assert imported.index(in_play[0]) == imported.index("nvidia_fabricmanager") + 1, "the read is after Fabric Manager"
+    names = [task.get("name", "") for task in play["tasks"]]
+    read = names.index("Read what the roles below would change on each node, at once")
+    assert names.index("Fabric Manager on NVSwitch and NVLink 5 systems") < read < names.index(
+        "GPUDirect RDMA (nvidia-peermem) where there is InfiniBand"), names
+    for role in covered:
+        variables = load(role, "vars", "main.yml")
+        assert "_%s_ahead" % role in variables and "_%s_settled" % role in variables, role
+        if role == "nvidia_repo":
+            continue
+        gate = "'%s' not in _gpufleet_settled | default([])" % role
+        tasks = load(role, "tasks", "main.yml")
+        gated = [task for task in tasks if gate in str(task.get("when", ""))]
+        assert gated, "%s: no task checks %s" % (role, gate)
+        for task in tasks:
+            outside = task not in gated
+            assert not outside or "ansible.builtin.assert" in task or "ansible.builtin.debug" in task or task.get(
+                "ansible.builtin.import_tasks") in ("preflight.yml", "verify.yml"), (role, task.get("name"))

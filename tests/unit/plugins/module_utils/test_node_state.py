@@ -270,3 +270,37 @@ def test_grep_finds_the_lines_with_a_fixed_string_in_files_and_below_folders(tmp
     assert found == {str(listing / "cuda-debian12-x86_64.list"): "deb [signed-by=/k.gpg] %s/ /\n" % url,
                      str(listing / "sub" / "old.list"): "deb %s/ /\ndeb %s/ /\n" % (url, url)}
     assert node_state.grep_fixed("x86.64", [str(listing)]) == {}
+
+
+def test_several_reads_in_one_run_read_their_packages_with_one_command_and_come_back_by_name(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.modules.node_state import checked_reads, reads_of
+    commands = []
+
+    def run(argv):
+        commands.append(argv)
+        return 1, DPKG_OUT, ""
+
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    reads = checked_reads({"nccl": {"packages": ["libnccl2=2.21.5"], "held": ["libnccl2"]},
+                           "mpi": {"packages": ["openmpi-bin", "bash"],
+                                   "files": [{"path": str(tmp_path / "hosts"), "mode": "0644"}],
+                                   "read": {"hosts": str(tmp_path / "hosts")}},
+                           "cuda_toolkit": None})
+    results = reads_of(reads, run)
+    assert sorted(results) == ["mpi", "nccl"]  # a null read is not made
+    assert results["nccl"]["drift"] == [] and results["nccl"]["packages"]["libnccl2"]["held"] is True
+    assert results["mpi"]["drift"][0] == "package openmpi-bin is not installed"
+    assert results["mpi"]["contents"] == {"hosts": "127.0.0.1 localhost\n"}
+    assert sorted(results["mpi"]["packages"]) == ["bash"]  # each read's own packages, not the others'
+    assert [argv[4:] for argv in commands] == [["bash", "libnccl2", "openmpi-bin"]]
+
+
+@pytest.mark.parametrize("reads, named", [
+    ({"mpi": {"packages": "openmpi-bin", "colour": "blue"}}, "reads.mpi: "),
+    ({"mpi": {"package_manager": "zypper"}}, "reads.mpi: "),
+    ({"mpi": ["openmpi-bin"]}, "reads.mpi must be a dict"),
+])
+def test_a_read_with_a_wrong_option_is_refused_naming_the_read(reads, named):
+    from ansible_collections.gpufleet.cluster.plugins.modules.node_state import checked_reads
+    with pytest.raises(ValueError, match=named):
+        checked_reads(reads)

@@ -157,6 +157,16 @@ def test_the_cuda_alternative_is_read_from_debian_s_and_el_s_display():
     assert pkg.alternative_state("") == {"value": "", "manual": False}  # no alternative yet
 
 
+def test_the_alternatives_record_says_whether_cuda_was_set_by_hand():
+    # /var/lib/dpkg/alternatives/cuda as update-alternatives --set wrote it (mode, link, then each alternative with
+    # its priority); EL's /var/lib/alternatives/cuda has the same first two lines.
+    record = "manual\n/usr/local/cuda\n\n/usr/local/cuda-12.8\n128\n/usr/local/cuda-12.9\n129\n"
+    assert pkg.alternative_set_by_hand(record) is True
+    assert pkg.alternative_set_by_hand(record.replace("manual", "auto", 1)) is False
+    assert pkg.alternative_set_by_hand(None) is False  # no record: no alternative yet
+    assert pkg.alternative_set_by_hand("/usr/local/cuda\nmanual\n") is False  # the mode is the first line only
+
+
 def test_every_package_of_the_branch_is_found_on_el_too():
     # `rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n'` on a RHEL 9 node with the 580-open stream.
     listing = ("nvidia-driver 580.95.05-1.el9\nnvidia-driver-libs 580.95.05-1.el9\nkmod-nvidia-open-dkms 580.95.05-1.el9\n"
