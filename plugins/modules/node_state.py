@@ -119,8 +119,8 @@ options:
       - Several reads in the same run, by a name of the caller's choosing (a role's), each a dict of the options
         above but O(all_packages) and O(reads), checked as they are; RV(reads) has each one's result by its name, as
         the module returns it for its own options. A null read is not made (a role that does not apply to the node).
-      - provision.yml reads every role's state on a node this way, in one run, before any role changes anything
-        (the roles' own reads are the same dicts, in their vars).
+      - provision.yml reads the state of every role after Fabric Manager on a node this way, in one run, before any
+        of those roles changes anything (the roles' own reads are the same dicts, in their vars).
       - The packages of all the reads are read with one command.
     type: dict
     default: {}
