@@ -125,8 +125,8 @@ def test_provision_skips_only_roles_its_one_read_covers_and_each_of_them_whole()
     read asks for it (_<role>_ahead) and how it is found settled (_<role>_settled) in its vars. A covered role's tasks
     in main.yml that do the role's work are all behind the one check of _gpufleet_settled: a task of its own reads
     or changes left outside would run on a node the read found right, or change a node the read said was right.
-    Outside may stay only checks of the role's inputs (assert), views of them (import_tasks of checks) and messages
-    (debug)."""
+    Outside may stay only checks of the role's inputs (assert), views of them (import_tasks of checks), messages
+    (debug) and nvidia_repo's variables (its entry point variables, which has no task)."""
     with open(os.path.join(REPO, "playbooks", "provision.yml")) as handle:
         plays = yaml.safe_load(handle)
     play = next(play for play in plays if play.get("name") == "Provision gpu_nodes")
@@ -153,4 +153,7 @@ def test_provision_skips_only_roles_its_one_read_covers_and_each_of_them_whole()
         for task in tasks:
             outside = task not in gated
             assert not outside or "ansible.builtin.assert" in task or "ansible.builtin.debug" in task or task.get(
-                "ansible.builtin.import_tasks") in ("preflight.yml", "verify.yml"), (role, task.get("name"))
+                "ansible.builtin.import_tasks") in ("preflight.yml", "verify.yml") or task.get(
+                "ansible.builtin.import_role", {}).get("tasks_from") == "variables", (role, task.get("name"))
+    # The entry point cuda_toolkit, nccl and nccl_tests import for nvidia_repo's variables has no task.
+    assert not load("nvidia_repo", "tasks", "variables.yml")
