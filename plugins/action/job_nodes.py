@@ -36,6 +36,7 @@ class ActionModule(ActionBase):
         probes: dict[str, dict] = {}
         gpus: dict[str, Any] = {}
         acknowledged: dict[str, Any] = {}
+        xid_check: dict[str, Any] = {}
         for host in list(plan["hosts"]) + list(plan.get("spare_hosts") or []):
             found = hostvars[host]
             probe = found.get(PROBE_VARIABLE)
@@ -47,9 +48,10 @@ class ActionModule(ActionBase):
                     probes[host]["gpu_health"] = dict(probes[host]["gpu_health"], dcgm=self._templar.template(diag))
             gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
             acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
+            xid_check[host] = self._templar.template(found.get(gpu_gate.XID_CHECK_VARIABLE, False))
         settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),
                                           gpus=gpus, acknowledged=acknowledged,
-                                          allow_busy=bool(args["allow_busy_gpus"]))
+                                          allow_busy=bool(args["allow_busy_gpus"]), xid_check_required=xid_check)
         decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
         result.update(changed=False, decided=decided.as_dict())
         return result

@@ -34,7 +34,8 @@ class ActionModule(ActionBase):
         dcgm_table = verify.dcgm_table(dcgm) if dcgm else ""
         if dcgm:
             shown += "\n\nDCGM diagnostic, per GPU\n%s" % dcgm_table
-        findings = verify.health_findings(results, dict(args["expected_gpus"] or {}), dict(args["acknowledged"] or {}))
+        findings = verify.health_findings(results, dict(args["expected_gpus"] or {}), dict(args["acknowledged"] or {}),
+                                          dict(args.get("xid_check_required") or {}))
         health = verify.health_table(findings, results)
         shown += "\n\nGPU health (what train.yml's gate would refuse or warn of)\n%s" % health
         display.display(shown)

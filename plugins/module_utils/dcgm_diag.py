@@ -9,13 +9,22 @@ The document's keys are DCGM's own (NVIDIA/DCGM nvvs/include/NvvsJsonStrings.h):
 "entity_id": 0, "status": "Pass", "warnings": [{"warning", "error_id", ...}]}], "test_summary": {"status"}}]}]},
 "entity_groups": [{"entity_group": "GPU", "entities": [{"entity_id", "serial_num", "device_id"}]}],
 "metadata": {"version", "Driver Version Detected"}}; DCGM 3 named the top "DCGM GPU Diagnostic" and its results
-"gpu_id"/"gpu_ids". A run that could not start writes "runtime_error". Statuses are Pass, Fail, Warn, Skip and
-Not Run (dcgmi's Diag.cpp); any other word is kept as it is and never read as a pass.
+"gpu_id"/"gpu_ids". A run that could not start writes "runtime_error". Statuses are Pass, Fail, Skip and Not Run;
+any other word is kept as it is and never read as a pass.
+
+dcgmi writes a warning as "Fail" in its JSON (dcgmi/Diag.cpp, HelperDisplayDiagResult with its default
+DDR_NO_DISPLAY_WARN; only the table view writes "Warn"), so a result's "Fail" is read from DCGM's own severity of
+each of its errors ("error_severity", dcgmErrorSeverity_t in dcgmlib/dcgm_errors.h, the same numbers in DCGM 3 and 4):
+where every error is one DCGM says the GPU can still work with (MONITOR, CONFIG), the result is a warning; any other
+severity (ISOLATE, RESET, TRIAGE, UNKNOWN), or a "Fail" without one, is a failure. The corpus it is tested against,
+with each document's source: tests/fixtures/dcgm/README.md.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from typing import Any
 
 TOPS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
@@ -23,6 +32,11 @@ KNOWN = {"pass": "Pass", "fail": "Fail", "warn": "Warn", "skip": "Skip", "not ru
 # A GPU's result is the worst of its tests' (an unknown word counts as a failure: it is no evidence of health).
 ORDER = ("Fail", "Warn", "Pass", "Skip", "Not Run")
 NO_SERIAL = "<<<NOT_SUPPORTED>>>"
+# dcgmErrorSeverity_t (dcgmlib/dcgm_errors.h, DCGM 3.3 to 4.6): 1 "can perform workload, but needs to be monitored",
+# 2 "cannot perform workload. GPU should be isolated", 5 "this error can be configured", 6 "drain and reset GPU".
+SEVERITIES = {0: "NONE", 1: "MONITOR", 2: "ISOLATE", 3: "UNKNOWN", 4: "TRIAGE", 5: "CONFIG", 6: "RESET"}
+# The severities after which DCGM says the GPU can still run a workload: a "Fail" made only of these is a warning.
+WARNING_SEVERITIES = frozenset((1, 5))
 
 
 def _document(output: str) -> dict[str, Any] | None:
@@ -52,16 +66,38 @@ def _entities(result: dict[str, Any]) -> list[tuple[str, int | None]]:
     return [("node", None)]
 
 
-def _messages(result: dict[str, Any]) -> list[str]:
+def _warnings(result: dict[str, Any]) -> list[Any]:
     warnings = result.get("warnings") or []
-    if isinstance(warnings, dict):
-        warnings = [warnings]
+    return [warnings] if isinstance(warnings, dict) else list(warnings)
+
+
+def _messages(result: dict[str, Any]) -> list[str]:
     out = []
-    for warning in warnings:
+    for warning in _warnings(result):
         text = warning.get("warning") if isinstance(warning, dict) else warning
         if text:
             out.append(" ".join(str(text).split()))
     return out
+
+
+def _severities(result: dict[str, Any]) -> list[int | None]:
+    """DCGM's severity of each of a result's errors (None where the error carries none)."""
+    found: list[int | None] = []
+    for warning in _warnings(result):
+        value = warning.get("error_severity") if isinstance(warning, dict) else None
+        found.append(value if isinstance(value, int) and not isinstance(value, bool) else None)
+    return found
+
+
+def _judged(status: str, result: dict[str, Any]) -> tuple[str, str]:
+    """A result's status as DCGM means it, and the label of a test it did not pass ("warn: CONFIG", "fail: RESET",
+    "fail"): dcgmi's "Fail" is a warning where each of its errors has a severity DCGM can still work with."""
+    severities = _severities(result)
+    names = ", ".join(sorted({SEVERITIES.get(s, str(s)) for s in severities if s is not None}))
+    if status == "Fail" and severities and all(s in WARNING_SEVERITIES for s in severities):
+        status = "Warn"
+    word = status.lower()
+    return status, "%s: %s" % (word, names) if names and status in ("Fail", "Warn") else word
 
 
 def _worst(statuses: list[str]) -> str:
@@ -116,12 +152,12 @@ def parse(output: str, rc: int = 0) -> dict[str, Any]:
         if not results and summary.get("status"):
             results = [{"status": summary["status"], "warnings": summary.get("warnings")}]
         for result in results:
-            status = _status(result.get("status"))
+            status, label = _judged(_status(result.get("status")), result)
             for entity in _entities(result):
                 entry = found.setdefault(entity, {"statuses": [], "failed": [], "messages": []})
                 entry["statuses"].append(status)
                 if status not in ("Pass", "Skip", "Not Run"):
-                    entry["failed"].append("%s (%s)" % (name, status.lower()))
+                    entry["failed"].append("%s (%s)" % (name, label))
                     entry["messages"].extend(_messages(result))
     serials = _serials(document)
     for group, number in sorted(found, key=lambda e: (e[0] != "GPU", e[0] == "node", e[0], e[1] or 0)):
@@ -134,3 +170,41 @@ def parse(output: str, rc: int = 0) -> dict[str, Any]:
     if not answer["gpus"]:
         answer["error"] = "dcgmi diag returned no test result (exit %d)" % rc
     return answer
+
+
+# dcgmi's own --timeout (DCGM 3.3.9 and 4: "Specify a timeout in seconds for the execution of the diagnostic",
+# dcgmi/CommandLineParser.cpp): past it dcgmi stops the diagnostic itself and writes a runtime error (RunDiagOnce,
+# DCGM_ST_TIMEOUT). Only where dcgmi does not end by then is it sent SIGTERM, on which it stops the launched
+# diagnostic (ExecuteDiagOnServer: dcgmStopDiagnostic, or AbortDiag, waiting up to 25 s), and SIGKILL last.
+STOP_GRACE_S = 30
+# What dcgmi's argument parser (TCLAP) says of an option this dcgmi does not know (DCGM before 3.3.9 had no --timeout).
+_UNKNOWN_OPTION = "Couldn't find match for argument"
+
+
+def _communicate(command: list[str], wait_s: float, grace_s: float) -> tuple[int | None, str, str]:
+    """Run dcgmi: its exit code (None where it had to be stopped), standard output and error."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(timeout=wait_s)
+        return process.returncode, out, err
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            out, err = process.communicate(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        return None, out, err
+
+
+def run(dcgmi: str, level: int, timeout: int, grace_s: float = STOP_GRACE_S) -> dict[str, Any]:
+    """``dcgmi diag -r LEVEL -j --timeout TIMEOUT`` read into parse()'s answer; where dcgmi outlives its own timeout
+    by grace_s it is stopped (SIGTERM, then SIGKILL) and the answer's error says so."""
+    base = [dcgmi, "diag", "-r", str(level), "-j"]
+    code, out, err = _communicate(base + ["--timeout", str(timeout)], timeout + grace_s, grace_s)
+    if code not in (0, None) and _UNKNOWN_OPTION in out + err:
+        code, out, err = _communicate(base, timeout + grace_s, grace_s)
+    if code is None:
+        return {"version": None, "driver": None, "gpus": [],
+                "error": "dcgmi diag -r %d did not finish within %d s and was stopped" % (level, timeout)}
+    return parse(out + ("\n" + err if not out.strip() else ""), code)

@@ -17,6 +17,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
 
 RESET = "reset the GPU (nvidia-smi -r -i %d, with nothing running on it) or reboot the node"
 ACK_VARIABLE = "gpufleet_xids_acknowledged_before"
+# A node whose kernel log cannot be read is refused instead of warned of where this host variable is true.
+XID_CHECK_VARIABLE = "gpufleet_xid_check_required"
+KERNEL_LOG_VARIABLE = "gpufleet_kernel_log"
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,15 @@ class GateSettings:
     """What a node's health is judged against: the GPUs it should have (gpufleet_gpus; None where unset), how many
     of its GPUs the job takes (its ranks, GPUs 0 to used-1; None: all), whether a GPU held by another process may be
     shared (allow_busy_gpus), the time before which its XIDs are acknowledged (seconds since the epoch; None: none
-    is), and whether this job is running there now (force=true stops it first: its own processes hold the GPUs)."""
+    is), whether this job is running there now (force=true stops it first: its own processes hold the GPUs), and
+    whether a kernel log that cannot be read refuses (gpufleet_xid_check_required) rather than warns."""
 
     expected: int | None = None
     used: int | None = None
     allow_busy: bool = False
     acknowledged_before: float | None = None
     job_running: bool = False
+    xid_check_required: bool = False
 
 
 def acknowledgement_time(text: Any) -> float | None:
@@ -164,7 +169,8 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
 
 def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
     """DCGM's diagnostic (health_diag=1: dcgmi diag -r 1, gpufleet.cluster.dcgm_diag's result under ``dcgm``): a GPU
-    that fails refuses; a node without DCGM, or whose diagnostic did not run, is warned of."""
+    that fails refuses, one DCGM only warns about is warned of (DCGM's text shown); so is a node without DCGM, or
+    whose diagnostic did not run."""
     diag = health.get("dcgm")
     if not diag or diag.get("skipped"):
         return []
@@ -176,12 +182,18 @@ def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
                         "check nv-hostengine (systemctl status nvidia-dcgm)")]
     found = []
     for entry in diag.get("gpus") or []:
-        if str(entry.get("result")).lower() == "fail":
-            label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else ""
-            found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s%s)" % (
-                diag.get("level", 1), ", ".join(entry.get("failed") or []) or "fail",
-                ": " + entry["messages"][0] if entry.get("messages") else ""),
-                "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
+        result = str(entry.get("result"))
+        if result in ("Pass", "Skip", "Not Run"):
+            continue
+        label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else str(entry.get("entity") or "")
+        detail = "%s%s" % (", ".join(entry.get("failed") or []) or result.lower(),
+                           ": " + entry["messages"][0] if entry.get("messages") else "")
+        if result == "Warn":  # DCGM's errors were all of a severity the GPU can work with (dcgm_diag.py)
+            found.append(Finding(False, label, "DCGM's level-%s diagnostic warns (%s)" % (diag.get("level", 1), detail),
+                                 "the job runs; fix what DCGM names"))
+        else:
+            found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s)" % (diag.get("level", 1), detail),
+                                 "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
     return found
 
 
@@ -199,10 +211,22 @@ def _warnings(health: Mapping[str, Any]) -> list[Finding]:
             found.append(Finding(False, gpu_label(gpu), "its clocks are held down (%s) at %d%% utilisation" % (
                 ", ".join(names), gpu.get("utilization") or 0),
                 "the job runs, slower; check the node's cooling and power supply"))
-    if str(health.get("kernel_log") or "").startswith("unreadable"):
-        found.append(Finding(False, "", "XIDs were not checked: the kernel log is %s" % health["kernel_log"],
-                             "run the probe as root (become) or give the user read access to the journal"))
     return found
+
+
+def _kernel_log(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
+    """A kernel log path that cannot be one is refused; one that cannot be read is said (XIDs not checked), and
+    refused where gpufleet_xid_check_required is true."""
+    where = str(health.get("kernel_log") or "")
+    if where.startswith("invalid: "):
+        return [Finding(True, "", "%s: %s" % (KERNEL_LOG_VARIABLE, where[len("invalid: "):]),
+                        "point it at /dev/kmsg (the default) or at a file in /dev/kmsg's record format")]
+    if where.startswith("unreadable"):
+        return [Finding(settings.xid_check_required, "", "XIDs were not checked: the kernel log is %s" % where,
+                        "run as a user who may read /dev/kmsg or the kernel's journal (root, or the adm or "
+                        "systemd-journal group)%s" % ("" if settings.xid_check_required else "; %s=true refuses such "
+                                                      "a node instead" % XID_CHECK_VARIABLE))]
+    return []
 
 
 def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
@@ -222,22 +246,25 @@ def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]
     for gpu in health.get("gpus") or []:
         refusals += _gpu_state(gpu)
     refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
-    dcgm = _dcgm(health)
-    return refusals + [f for f in dcgm if f.refuse] + _warnings(health) + [f for f in dcgm if not f.refuse]
+    late = _dcgm(health) + _kernel_log(health, settings)
+    return refusals + [f for f in late if f.refuse] + _warnings(health) + [f for f in late if not f.refuse]
 
 
 def judge(health: Mapping[str, Any], acknowledged: Any = None, expected: Any = None, used: int | None = None,
-          allow_busy: bool = False, job_running: bool = False) -> list[Finding]:
+          allow_busy: bool = False, job_running: bool = False, xid_check_required: Any = False) -> list[Finding]:
     """The findings on a node's GPUs from its settings as the inventory gives them: its
     gpufleet_xids_acknowledged_before (a time that does not parse is the node's refusal) and its gpufleet_gpus
-    (ignored unless a whole number); the rest as GateSettings has them. The one judge of train.yml and verify.yml."""
+    (ignored unless a whole number) and its gpufleet_xid_check_required (true, yes, on or 1 is true); the rest as
+    GateSettings has them. The one judge of train.yml and verify.yml."""
     try:
         since = acknowledgement_time(acknowledged)
     except ValueError:
         return [Finding(True, "", "%s=%r is not a date and time" % (ACK_VARIABLE, acknowledged),
                         "write one such as 2026-11-25T10:02:12+00:00")]
+    required = str(xid_check_required).strip().lower() in ("1", "true", "yes", "on")
     settings = GateSettings(expected=int(expected) if str(expected or "").isdigit() else None, used=used,
-                            allow_busy=allow_busy, acknowledged_before=since, job_running=job_running)
+                            allow_busy=allow_busy, acknowledged_before=since, job_running=job_running,
+                            xid_check_required=required)
     return findings(health, settings)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import stat
 import subprocess
 from collections.abc import Callable
 from typing import Any
@@ -239,7 +240,7 @@ def boot_time(proc: str = "/proc") -> float:
 
 def _kmsg_records(path: str) -> list[str]:
     """The records of /dev/kmsg (one per read) or of a file in its format (one per line), oldest first."""
-    if not os.path.exists(path) or not os.path.isfile(path):
+    if not os.path.isfile(path):
         records = []
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -260,10 +261,28 @@ def _kmsg_records(path: str) -> list[str]:
         return handle.read().splitlines()
 
 
+def kernel_log_problem(path: str) -> str:
+    """Why a kernel log path given in place of /dev/kmsg cannot be one ('' where it can): it must be a regular file
+    in /dev/kmsg's record format or a character device. /dev/kmsg itself may be missing (journalctl is read then)."""
+    if path == KMSG:
+        return ""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "%s: %s" % (path, exc.strerror or exc)
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+        return ""
+    return "%s is neither a file nor a character device" % path
+
+
 def kernel_xids(kernel_log: str = KMSG, since: float = 0.0, proc: str = "/proc",
                 run: Runner = subprocess.run) -> tuple[list[dict[str, Any]], str]:
     """The XID events in the kernel log since boot (only those at or after ``since``, seconds since the epoch, when
-    given), each with its ``time``; and where they were read from, or why they could not be."""
+    given), each with its ``time``; and where they were read from, or why they could not be ("invalid: ..." for a
+    path that cannot be a kernel log, "unreadable: ..." for one that cannot be read)."""
+    problem = kernel_log_problem(kernel_log)
+    if problem:
+        return [], "invalid: %s" % problem
     booted = boot_time(proc)
     events = []
     try:
@@ -286,15 +305,30 @@ def kernel_xids(kernel_log: str = KMSG, since: float = 0.0, proc: str = "/proc",
     return events, kernel_log
 
 
+# journalctl -k of this boot; --grep exits 1 both where nothing matched and where the kernel's journal cannot be read
+# at all (systemd issue #32422: a user outside the adm and systemd-journal groups sees no kernel message, and -q hides
+# the hint that says so). So an exit 1 without entries is read as "no XID" only where the same user can read the last
+# kernel message of this boot.
+JOURNAL = ["journalctl", "-k", "-b", "-q", "--no-pager", "-o", "short-unix"]
+
+
+def _journal(run: Runner, args: list[str]) -> subprocess.CompletedProcess:
+    return run(JOURNAL + args, capture_output=True, text=True, check=False, timeout=60)
+
+
 def _journal_xids(run: Runner, since: float, why: str) -> tuple[list[dict[str, Any]], str]:
     """The XIDs of this boot from journald's kernel messages: where /dev/kmsg is not readable (not root)."""
     try:
-        done = run(["journalctl", "-k", "-b", "-q", "--no-pager", "-o", "short-unix", "--grep", "NVRM: Xid"],
-                   capture_output=True, text=True, check=False, timeout=60)
+        done = _journal(run, ["--grep", "NVRM: Xid"])
+        if done.returncode == 1 and not done.stdout.strip():
+            last = _journal(run, ["-n", "1"])
+            if last.returncode != 0 or not last.stdout.strip():
+                return [], ("unreadable: %s; journalctl shows this user no kernel message of this boot (exit %d%s)"
+                            % (why, last.returncode, ": " + last.stderr.strip()[-200:] if last.stderr.strip() else ""))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [], "unreadable: %s; journalctl: %s" % (why, exc)
-    if done.returncode not in (0, 1):  # 1: nothing matched
-        return [], "unreadable: %s; journalctl: %s" % (why, (done.stderr or "").strip()[-200:])
+    if done.returncode not in (0, 1):
+        return [], "unreadable: %s; journalctl exit %d: %s" % (why, done.returncode, (done.stderr or "").strip()[-200:])
     events = []
     for line in done.stdout.splitlines():
         event = parse_xid(line)

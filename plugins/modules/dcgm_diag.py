@@ -14,7 +14,10 @@ version_added: 0.1.0
 description:
   - Where DCGM's C(dcgmi) is installed, runs C(dcgmi diag -r LEVEL -j) (through the node's C(nvidia-dcgm) host
     engine) and returns each GPU's result (C(Pass), C(Warn), C(Fail), C(Skip)) with the tests it did not pass and
-    DCGM's own messages. Where C(dcgmi) is not installed, returns C(present=false) and runs nothing.
+    DCGM's own messages. C(dcgmi) writes a warning as C(Fail) in its JSON, so a result is C(Warn) where every one of its
+    errors has a severity after which DCGM says the GPU can still work (MONITOR or CONFIG, as for persistence mode
+    disabled), and C(Fail) for any other (ISOLATE, RESET, TRIAGE, or none given). Where C(dcgmi) is not installed,
+    returns C(present=false) and runs nothing.
   - Level 1 takes seconds and does not load the GPUs (deployment checks of libraries, permissions, persistence
     mode, page retirement and inforom); levels 2 to 4 stress them for minutes to hours and must not run beside a job.
   - Used by C(verify.yml), whose M(gpufleet.cluster.stack_report) shows the results and fails naming the node and
@@ -31,7 +34,10 @@ options:
     default: 1
     choices: [1, 2, 3, 4]
   timeout:
-    description: Seconds the diagnostic may take before it is reported as not finished.
+    description:
+      - Seconds the diagnostic may take, given to C(dcgmi diag --timeout), which stops the diagnostic itself when they
+        run out and reports it as not finished. A C(dcgmi) still running 30 s later is sent SIGTERM (on which it stops
+        the diagnostic it launched), then SIGKILL.
     type: int
     default: 600
 """
@@ -61,15 +67,13 @@ gpus:
   returned: always
   type: list
   elements: dict
-  sample: [{gpu: 1, serial: "1654922000123", result: Fail, failed: ["memory (fail)"],
-            messages: ["A DBE occurred on GPU 1"]}]
+  sample: [{gpu: 1, serial: "1650123000002", result: Fail, failed: ["software (fail: RESET)"],
+            messages: ["Page Retirement/Row Remap: A pending retired page has been detected in GPU 1."]}]
 error:
   description: Why there is no result (C(dcgmi) not answering, no host engine, no JSON), or null.
   returned: always
   type: str
 """
-
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -86,13 +90,7 @@ def main() -> None:
     dcgmi = module.get_bin_path("dcgmi", opt_dirs=["/usr/bin", "/usr/local/bin"])
     if not dcgmi:
         module.exit_json(changed=False, present=False, level=level, version=None, gpus=[], error=None)
-    try:
-        done = subprocess.run([dcgmi, "diag", "-r", str(level), "-j"], capture_output=True, text=True,
-                              timeout=module.params["timeout"], check=False)
-    except subprocess.TimeoutExpired:
-        module.exit_json(changed=False, present=True, level=level, version=None, gpus=[],
-                         error="dcgmi diag -r %d did not finish within %d s" % (level, module.params["timeout"]))
-    result = dcgm_diag.parse(done.stdout + ("\n" + done.stderr if not done.stdout.strip() else ""), done.returncode)
+    result = dcgm_diag.run(dcgmi, level, module.params["timeout"])
     module.exit_json(changed=False, present=True, level=level, **result)
 
 

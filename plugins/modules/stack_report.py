@@ -45,6 +45,9 @@ options:
   acknowledged:
     description: Node name to its C(gpufleet_xids_acknowledged_before) (XIDs logged before it do not count).
     type: dict
+  xid_check_required:
+    description: Node name to its C(gpufleet_xid_check_required) (a kernel log that cannot be read fails the node).
+    type: dict
 """
 
 EXAMPLES = r"""

@@ -28,13 +28,15 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slu
 class NodeSettings:
     """What the node problems are read against: the training Python and the container engine as the user named
     them (job_python, job_container_engine), each host's gpufleet_gpus (None where unset) and
-    gpufleet_xids_acknowledged_before, and whether GPUs held by other processes may be shared (allow_busy_gpus)."""
+    gpufleet_xids_acknowledged_before, whether GPUs held by other processes may be shared (allow_busy_gpus), and each
+    host's gpufleet_xid_check_required."""
 
     python: str
     container_engine: str
     gpus: Mapping[str, Any] = field(default_factory=dict)
     acknowledged: Mapping[str, Any] = field(default_factory=dict)
     allow_busy: bool = False
+    xid_check_required: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,7 +121,8 @@ def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, np
     ranks it runs (the GPUs its job takes). A bad acknowledgement time is refused as the node's finding."""
     return gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
                           used=nproc, allow_busy=settings.allow_busy,
-                          job_running=bool((probe.get("job") or {}).get("running")))
+                          job_running=bool((probe.get("job") or {}).get("running")),
+                          xid_check_required=settings.xid_check_required.get(host, False))
 
 
 @dataclass

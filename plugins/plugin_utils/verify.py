@@ -61,10 +61,13 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
 
 
 def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any],
-                    acknowledged: Mapping[str, Any]) -> dict[str, list[gpu_gate.Finding]]:
+                    acknowledged: Mapping[str, Any], xid_check_required: Mapping[str, Any] | None = None
+                    ) -> dict[str, list[gpu_gate.Finding]]:
     """The GPU health gate's findings on each node (module_utils/gpu_gate.py, as train.yml's preflight judges them,
     with every GPU counted as one a job takes); a bad acknowledgement time is the node's finding."""
-    return {host: gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host))
+    required = xid_check_required or {}
+    return {host: gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host),
+                                 xid_check_required=required.get(host, False))
             for host, facts in results.items()}
 
 

@@ -169,10 +169,19 @@ for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9", 
 # datacenter-gpu-manager-4-cuda<major> depending on datacenter-gpu-manager-4-core, at apt versions with NVIDIA's
 # epoch 1 (1:4.5.2-1, as NVIDIA's own Dockerfiles pin datacenter-gpu-manager-4-core=1:4.4.0-1), and the
 # nvidia-dcgm unit running nv-hostengine in the foreground (-n). A newer 4.5.3 is there too, so that an unpinned
-# install would take it. The stand-in dcgmi answers only `dcgmi diag -r N -j`: it needs a running process named
-# nv-hostengine (as the real one needs its host engine), and writes a document with DCGM 4's keys (NVIDIA/DCGM
-# nvvs/include/NvvsJsonStrings.h) for the GPUs /etc/gpufleet-standin/dcgm-gpus counts (2 without it), each
-# passing DCGM's "software" test unless /etc/gpufleet-standin/dcgm-diag-fail has a line "<GPU id> <message>".
+# install would take it. The stand-in dcgmi answers only `dcgmi diag -r N -j [--timeout S]`, and prints no text of
+# its own making: it replays a document of the corpus in tests/fixtures/dcgm (DCGM_REPLAYS, each with the exit code
+# dcgmi gave; the README there names every document's source), installed under DCGM_CORPUS. Which one: the name in
+# /etc/gpufleet-standin/dcgm-diag ("pass" without it). Without a running process named nv-hostengine it replays the
+# runtime error.
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+DCGM_CORPUS = "/usr/share/gpufleet-standin/dcgm"
+DCGM_REPLAYS = {
+    "pass": ("dcgm-4.5.2-r1-pass.json", 0),
+    "persistence-disabled": ("dcgm-4.2.3-r1-persistence-disabled.json", 226),
+    "pending-retirement": ("dcgm-4.5.2-r1-pending-retirement.json", 226),
+    "runtime-error": ("dcgm-4.5.2-runtime-error.json", 245),
+}
 DCGM_HOSTENGINE = """#!/bin/bash
 exec -a nv-hostengine sleep infinity
 """
@@ -189,57 +198,53 @@ Restart=on-abort
 WantedBy=multi-user.target
 """
 DCGMI = r"""#!/usr/bin/python3
-# gpufleet stand-in for DCGM's dcgmi: `dcgmi diag -r N -j` only. No GPU is tested.
-import json, os, sys
+# gpufleet stand-in for DCGM's dcgmi: `dcgmi diag -r N -j [--timeout S]` only. No GPU is tested: it replays a
+# document of gpufleet's corpus of dcgmi's output (tests/fixtures/dcgm), byte for byte, with dcgmi's exit code.
+import os, sys
+CORPUS = os.environ.get("GPUFLEET_STANDIN_DCGM_CORPUS", "@CORPUS@")
+CONTROL = os.environ.get("GPUFLEET_STANDIN_CONTROL", "/etc/gpufleet-standin")
+PROC = os.environ.get("GPUFLEET_STANDIN_PROC", "/proc")
+REPLAYS = @REPLAYS@
 args = sys.argv[1:]
 if args[:1] != ["diag"] or "-j" not in args or "-r" not in args:
     sys.exit("gpufleet stand-in dcgmi: %s is not stood in for" % " ".join(args))
 def engine_running():
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in filter(str.isdigit, os.listdir(PROC)):
         try:
-            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            with open("%s/%s/cmdline" % (PROC, pid), "rb") as handle:
                 if handle.read().split(b"\0")[0] == b"nv-hostengine":
                     return True
         except OSError:
             pass
     return False
+try:
+    with open(os.path.join(CONTROL, "dcgm-diag")) as handle:
+        case = handle.read().strip() or "pass"
+except OSError:
+    case = "pass"
 if not engine_running():
-    print(json.dumps({"DCGM Diagnostic": {"runtime_error": "unable to connect to the host engine (gpufleet stand-in:"
-                                                           " no nv-hostengine process)"}}, indent=4))
-    sys.exit(255)
-def control(name, default):
-    try:
-        with open("/etc/gpufleet-standin/" + name) as handle:
-            return handle.read()
-    except OSError:
-        return default
-count = int(control("dcgm-gpus", "2").strip() or 2)
-fails = {}
-for line in control("dcgm-diag-fail", "").splitlines():
-    gpu, _, message = line.strip().partition(" ")
-    if gpu.isdigit():
-        fails[int(gpu)] = message
-results = []
-for gpu in range(count):
-    result = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu,
-              "status": "Fail" if gpu in fails else "Pass"}
-    if gpu in fails:
-        result["warnings"] = [{"error_category": 3, "error_id": 47, "error_severity": 4, "warning": fails[gpu]}]
-    results.append(result)
-document = {
-    "DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{
-        "name": "software", "results": results, "test_summary": {"status": "Fail" if fails else "Pass"}}]}]},
-    "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
-        {"device_id": "2330", "entity_id": gpu, "serial_num": "gpufleet-standin-%d" % gpu} for gpu in range(count)]}],
-    "metadata": {"Driver Version Detected": "stand-in", "version": "@VERSION@"}}
-print(json.dumps(document, indent=4))
-sys.exit(226 if fails else 0)
+    case = "runtime-error"
+if case not in REPLAYS:
+    sys.exit("gpufleet stand-in dcgmi: no document %r in the corpus (%s)" % (case, ", ".join(sorted(REPLAYS))))
+name, code = REPLAYS[case]
+with open(os.path.join(CORPUS, name), "rb") as handle:
+    sys.stdout.buffer.write(handle.read())
+sys.exit(code)
 """
+
+
+def _read_fixture(*parts: str) -> str:
+    with open(os.path.join(FIXTURES, *parts)) as handle:
+        return handle.read()
+
+
+DCGMI_SCRIPT = DCGMI.replace("@CORPUS@", DCGM_CORPUS).replace("@REPLAYS@", repr(DCGM_REPLAYS))
+DCGM_FILES = {"%s/%s" % (DCGM_CORPUS, name): _read_fixture("dcgm", name) for name, _code in DCGM_REPLAYS.values()}
 for _version in ("1:4.5.2-1", "1:4.5.3-1"):
     _upstream = _version.split(":")[1].split("-")[0]
     PACKAGES.append(("datacenter-gpu-manager-4-core", _version, {
         "/usr/bin/nv-hostengine": DCGM_HOSTENGINE, "/lib/systemd/system/nvidia-dcgm.service": DCGM_UNIT,
-        "/usr/bin/dcgmi": DCGMI.replace("@VERSION@", _upstream)}))
+        "/usr/bin/dcgmi": DCGMI_SCRIPT, **DCGM_FILES}))
     for _major in ("12", "13"):
         PACKAGES.append(("datacenter-gpu-manager-4-cuda" + _major, _version, {
             "/usr/share/gpufleet-standin/datacenter-gpu-manager-4-cuda" + _major: _version + "\n"}))

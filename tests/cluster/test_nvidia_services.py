@@ -67,10 +67,11 @@ DCGM_PACKAGES = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda
 
 def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_diagnostic(systemd_node):
     """The dcgm role on the stand-in repository (DCGM 4.5.2 and 4.5.3 for CUDA 12 and 13, NVIDIA's epoch 1) and
-    verify.yml's DCGM table with the stand-in dcgmi (tests/cluster/standin_repo.py), which answers only when a
-    process named nv-hostengine runs and fails the GPUs a control file names. Checks the package choice for driver
-    580 (CUDA 13), the pin against a newer version, the hold, the service systemd runs, check mode, idempotence,
-    and the verdicts; not DCGM's own diagnostics, which need a GPU."""
+    verify.yml's DCGM table with the stand-in dcgmi (tests/cluster/standin_repo.py), which replays the document of
+    tests/fixtures/dcgm a control file names (a real capture of a persistence-mode warning among them) when a process
+    named nv-hostengine runs. Checks the package choice for driver 580 (CUDA 13), the pin against a newer version,
+    the hold, the service systemd runs, check mode, idempotence, and the verdicts; not DCGM's own diagnostics, which
+    need a GPU."""
     node = systemd_node
     name = node.nodes[0]
     host = node.host(name)
@@ -95,32 +96,43 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     passed = node.playbook("verify.yml", "--tags", "stack")
     assert passed.rc == 0, passed.out[-4000:]
     table = passed.out.split("DCGM diagnostic, per GPU", 1)[1].splitlines()
-    assert any(line.startswith(name) and "GPU 1 (serial gpufleet-standin-1)" in line and " Pass" in line
+    assert any(line.startswith(name) and "GPU 1 (serial 1650123000002)" in line and " Pass" in line
                for line in table), table[:6]
-    host.run("mkdir -p /etc/gpufleet-standin && echo '1 GPU 1 has pending row remaps (stand-in)' "
-             "> /etc/gpufleet-standin/dcgm-diag-fail")
+    # A real level-1 document with persistence mode off: dcgmi writes the warning as "Fail" (and exits 226); verify
+    # shows it as the warning DCGM means and passes.
+    host.run("mkdir -p /etc/gpufleet-standin && echo persistence-disabled > /etc/gpufleet-standin/dcgm-diag")
+    try:
+        warned = node.playbook("verify.yml", "--tags", "stack")
+    finally:
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag")
+    assert warned.rc == 0, warned.out[-4000:]
+    table = warned.out.split("DCGM diagnostic, per GPU", 1)[1].splitlines()
+    assert any(line.startswith(name) and " Warn " in line and "software (warn: CONFIG)" in line
+               and "Persistence mode for GPU 0 is disabled" in line for line in table), table[:6]
+    host.run("echo pending-retirement > /etc/gpufleet-standin/dcgm-diag")
     try:
         failed = node.playbook("verify.yml", "--tags", "stack")
     finally:
-        host.run("rm -f /etc/gpufleet-standin/dcgm-diag-fail")
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag")
     assert failed.rc != 0
-    assert ("%s: GPU 1 (serial gpufleet-standin-1) failed DCGM's diagnostic (level 1): software (fail): GPU 1 has "
-            "pending row remaps (stand-in)" % name) in failed.out, failed.out[-4000:]
+    assert ("%s: GPU 1 (serial 1650123000002) failed DCGM's diagnostic (level 1): software (fail: RESET): Page "
+            "Retirement/Row Remap: A pending retired page has been detected in GPU 1." % name) in failed.out, \
+        failed.out[-4000:]
     # train.yml -e health_diag=1 runs the same diagnostic in its GPU health gate (the node gets a stand-in nvidia-smi
     # with one GPU at its fake sysfs H100's address, tests/cluster/gpu_standin.py): the failing GPU refuses the launch
     # before anything is written. launcher=none with the system Python: this node has no training Python.
     gpu_standin.install(name, {"gpus": [{}]})
-    host.run("echo '1 GPU 1 has pending row remaps (stand-in)' > /etc/gpufleet-standin/dcgm-diag-fail")
+    host.run("echo pending-retirement > /etc/gpufleet-standin/dcgm-diag")
     try:
         gated = node.playbook("train.yml", "-e", "script=%s/examples/train.py" % REPO, "-e", "job=dcgm-gate",
                               "-e", "launcher=none", "-e", "gpufleet_python=/usr/bin/python3", "-e", "health_diag=1",
                               *gpu_standin.KERNEL_LOG_ARGS)
     finally:
-        host.run("rm -f /etc/gpufleet-standin/dcgm-diag-fail")
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag")
         gpu_standin.remove(name)
     assert gated.rc != 0
-    assert ("%s GPU 1: fails DCGM's level-1 diagnostic (software (fail): GPU 1 has pending row remaps (stand-in))"
-            % name) in " ".join(gated.out.split()), gated.out[-4000:]
+    assert ("%s GPU 1: fails DCGM's level-1 diagnostic (software (fail: RESET): Page Retirement/Row Remap: A pending "
+            "retired page has been detected in GPU 1." % name) in " ".join(gated.out.split()), gated.out[-4000:]
     assert host.run("test -e /root/.gpufleet/jobs/dcgm-gate").rc != 0
     # Without its host engine DCGM gives no result, and verify.yml says so for the node instead of passing it.
     assert host.run("systemctl stop nvidia-dcgm").rc == 0

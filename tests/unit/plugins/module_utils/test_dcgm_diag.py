@@ -1,6 +1,9 @@
 """dcgmi diag -j documents read into one result per GPU (fixtures: tests/fixtures/dcgm, DCGM's JSON keys)."""
 
 import os
+import signal
+import sys
+import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
 
@@ -13,29 +16,71 @@ def read(name):
 
 
 def test_a_passing_level_1_gives_each_gpu_pass_with_its_serial():
-    result = dcgm_diag.parse(read("dcgm4_r1_pass.json"))
+    result = dcgm_diag.parse(read("dcgm-4.5.2-r1-pass.json"))
     assert result["error"] is None and result["version"] == "4.5.2" and result["driver"] == "580.95.05"
     assert result["gpus"] == [
         {"gpu": 0, "entity": "GPU 0", "serial": "1650123000001", "result": "Pass", "failed": [], "messages": []},
         {"gpu": 1, "entity": "GPU 1", "serial": "1650123000002", "result": "Pass", "failed": [], "messages": []}]
 
 
-def test_a_failed_gpu_keeps_its_test_and_dcgms_message_and_a_warning_is_a_warning():
-    result = dcgm_diag.parse(read("dcgm4_r1_gpu1_fail.json"), rc=226)
+def test_a_real_persistence_mode_warning_written_as_fail_is_read_as_the_warning_dcgm_means():
+    """The real capture (GB10, DCGM 4.2.3, exit 226): dcgmi writes the software test's WARN as "Fail"; its one
+    error is DCGM_FR_PERSISTENCE_MODE (29) with severity CONFIG (5), which DCGM says the GPU can work with."""
+    result = dcgm_diag.parse(read("dcgm-4.2.3-r1-persistence-disabled.json"), rc=226)
+    assert result["error"] is None and result["version"] == "4.2.3" and result["driver"] == "580.82.09"
+    assert result["gpus"] == [{
+        "gpu": 0, "entity": "GPU 0", "serial": None, "result": "Warn", "failed": ["software (warn: CONFIG)"],
+        "messages": ['Persistence Mode: Persistence mode for GPU 0 is disabled. Enable persistence mode by running '
+                     '"nvidia-smi -i <gpuId> -pm 1 " as root.']}]
+
+
+def test_a_pending_page_retirement_fails_with_dcgms_severity_and_message():
+    result = dcgm_diag.parse(read("dcgm-4.5.2-r1-pending-retirement.json"), rc=226)
     gpu0, gpu1 = result["gpus"]
-    assert gpu0["result"] == "Warn" and gpu0["failed"] == ["software (warn)"]
-    assert gpu1 == {"gpu": 1, "entity": "GPU 1", "serial": None, "result": "Fail", "failed": ["software (fail)"],
-                    "messages": ["GPU 1 has pending row remaps (gpufleet test text)."]}
+    assert gpu0["result"] == "Pass" and gpu0["failed"] == []
+    assert gpu1 == {"gpu": 1, "entity": "GPU 1", "serial": "1650123000002", "result": "Fail",
+                    "failed": ["software (fail: RESET)"],
+                    "messages": ["Page Retirement/Row Remap: A pending retired page has been detected in GPU 1. "
+                                 "Monitor - this GPU can still perform workload"]}
 
 
-def test_a_run_that_could_not_start_is_an_error_not_a_pass():
-    result = dcgm_diag.parse(read("dcgm4_runtime_error.json"), rc=1)
+def _one_result(status, warnings):
+    import json
+
+    return json.dumps({"DCGM Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [{
+        "name": "software", "results": [{"entity_group": "GPU", "entity_id": 0, "status": status,
+                                         "warnings": warnings}]}]}]}})
+
+
+def test_a_fail_is_a_warning_only_when_every_error_is_one_dcgm_says_the_gpu_can_work_with():
+    config = {"warning": "Persistence Mode: off", "error_id": 29, "error_category": 8, "error_severity": 5}
+    monitor = {"warning": "clocks held", "error_id": 10, "error_category": 9, "error_severity": 1}
+    isolate = {"warning": "Detected 1 volatile double-bit ECC error(s) in GPU 0.", "error_id": 4,
+               "error_category": 10, "error_severity": 2}
+    triage = {"warning": "stress level", "error_id": 50, "error_category": 4, "error_severity": 4}
+    judged = {name: dcgm_diag.parse(_one_result("Fail", warnings))["gpus"][0]
+              for name, warnings in {"config+monitor": [config, monitor], "config+isolate": [config, isolate],
+                                     "triage": [triage], "no severity": [{"warning": "DCGM 2 text"}],
+                                     "no error": []}.items()}
+    assert {name: (gpu["result"], gpu["failed"]) for name, gpu in judged.items()} == {
+        "config+monitor": ("Warn", ["software (warn: CONFIG, MONITOR)"]),
+        "config+isolate": ("Fail", ["software (fail: CONFIG, ISOLATE)"]),
+        "triage": ("Fail", ["software (fail: TRIAGE)"]),
+        "no severity": ("Fail", ["software (fail)"]),
+        "no error": ("Fail", ["software (fail)"])}
+    # A Skip keeps its word, whatever its warnings' severities (DCGM skips a test ECC cannot run).
+    assert dcgm_diag.parse(_one_result("Skip", [isolate]))["gpus"][0]["result"] == "Skip"
+
+
+def test_a_run_that_could_not_finish_is_an_error_not_a_pass():
+    result = dcgm_diag.parse(read("dcgm-4.5.2-runtime-error.json"), rc=245)
     assert result["gpus"] == []
-    assert result["error"] == "dcgmi diag could not run: Unable to connect to the host engine (gpufleet test text)."
+    assert result["error"] == ("dcgmi diag could not run: Error: Unable to complete diagnostic for entities "
+                               "*,cpu:*. Return: (-11) : Timeout")
 
 
 def test_dcgm3_layout_and_the_line_before_its_json():
-    result = dcgm_diag.parse(read("dcgm3_r1_pass.txt"))
+    result = dcgm_diag.parse(read("dcgm-3.3.9-r1-pass.txt"))
     assert result["version"] == "3.3.9"
     # The Denylist result names no GPU: it is kept as the node's, not given to a GPU.
     assert [(g["entity"], g["result"]) for g in result["gpus"]] == [("GPU 0", "Pass"), ("GPU 1", "Skip"),
@@ -66,3 +111,41 @@ def test_results_for_other_entities_are_kept_under_their_own_name():
                 ' {"entity_group": "GPU", "entity_id": 3, "status": "Pass"}]}]}]}}')
     assert [(g["gpu"], g["entity"], g["result"]) for g in dcgm_diag.parse(document)["gpus"]] == [
         (3, "GPU 3", "Pass"), (None, "NvSwitch 0", "Fail")]
+
+
+def _fake_dcgmi(tmp_path, body):
+    script = tmp_path / "dcgmi"
+    script.write_text("#!%s\nimport os, signal, sys, time\nARGS = sys.argv[1:]\n%s" % (sys.executable, body))
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_dcgmi_is_given_its_own_timeout_and_its_runtime_error_is_read(tmp_path):
+    """dcgmi --timeout stops the diagnostic itself (DCGM 3.3.9 and 4) and writes a runtime error."""
+    document = os.path.join(FIXTURES, "dcgm-4.5.2-runtime-error.json")
+    dcgmi = _fake_dcgmi(tmp_path, "open(%r, 'w').write(' '.join(ARGS))\nsys.stdout.write(open(%r).read())\n"
+                                  "sys.exit(245)\n" % (str(tmp_path / "argv"), document))
+    result = dcgm_diag.run(dcgmi, 1, 300)
+    assert (tmp_path / "argv").read_text() == "diag -r 1 -j --timeout 300"
+    assert result["gpus"] == [] and result["error"].endswith("Return: (-11) : Timeout")
+
+
+def test_a_dcgmi_that_outlives_its_timeout_gets_sigterm_to_stop_its_diagnostic_not_sigkill(tmp_path):
+    marker = tmp_path / "signal"
+    dcgmi = _fake_dcgmi(tmp_path, "def stop(number, _frame):\n    open(%r, 'w').write(str(number))\n    sys.exit(203)\n"
+                                  "signal.signal(signal.SIGTERM, stop)\ntime.sleep(60)\n" % str(marker))
+    started = time.monotonic()
+    result = dcgm_diag.run(dcgmi, 1, 1, grace_s=5)
+    assert time.monotonic() - started < 30
+    assert result["error"] == "dcgmi diag -r 1 did not finish within 1 s and was stopped"
+    assert marker.read_text() == str(signal.SIGTERM)
+
+
+def test_a_dcgmi_without_the_timeout_option_is_run_again_without_it(tmp_path):
+    document = os.path.join(FIXTURES, "dcgm-4.5.2-r1-pass.json")
+    dcgmi = _fake_dcgmi(tmp_path, "if '--timeout' in ARGS:\n"
+                                  "    print('PARSE ERROR:  \\n             Couldn\\'t find match for argument --timeout')\n"
+                                  "    sys.exit(254)\n"
+                                  "sys.stdout.write(open(%r).read())\n" % document)
+    result = dcgm_diag.run(dcgmi, 1, 300)
+    assert result["error"] is None and [gpu["result"] for gpu in result["gpus"]] == ["Pass", "Pass"]

@@ -2,6 +2,7 @@
 
 Fed with gpu_health.read's shape, written out here; the reader's parsing is test_gpu_health.py's."""
 
+import os
 import datetime
 
 import pytest
@@ -146,12 +147,28 @@ def test_a_narrow_pcie_link_and_clocks_held_down_only_warn():
         "utilisation; the job runs, slower; check the node's cooling and power supply"]
 
 
-def test_an_unreadable_kernel_log_warns_that_xids_were_not_checked():
-    found = gpu_gate.findings(health(kernel_log="unreadable: /dev/kmsg: Permission denied; journalctl: No journal"),
+UNREADABLE = ("unreadable: /dev/kmsg: Operation not permitted; journalctl shows this user no kernel message of this "
+              "boot (exit 0)")
+
+
+def test_an_unreadable_kernel_log_warns_that_xids_were_not_checked_or_refuses_where_required():
+    found = gpu_gate.findings(health(kernel_log=UNREADABLE), gpu_gate.GateSettings())
+    assert messages(found) == []
+    assert messages(found, refuse=False) == [
+        "node2: XIDs were not checked: the kernel log is %s; run as a user who may read /dev/kmsg or the kernel's "
+        "journal (root, or the adm or systemd-journal group); gpufleet_xid_check_required=true refuses such a node "
+        "instead" % UNREADABLE]
+    required = gpu_gate.judge(health(kernel_log=UNREADABLE), xid_check_required="true")
+    assert messages(required) == [
+        "node2: XIDs were not checked: the kernel log is %s; run as a user who may read /dev/kmsg or the kernel's "
+        "journal (root, or the adm or systemd-journal group)" % UNREADABLE]
+
+
+def test_a_kernel_log_path_that_cannot_be_one_refuses_naming_the_variable():
+    found = gpu_gate.findings(health(kernel_log="invalid: /var/log is neither a file nor a character device"),
                               gpu_gate.GateSettings())
-    assert messages(found, refuse=False) == ["node2: XIDs were not checked: the kernel log is unreadable: /dev/kmsg: "
-                                             "Permission denied; journalctl: No journal; run the probe as root (become) "
-                                             "or give the user read access to the journal"]
+    assert messages(found) == ["node2: gpufleet_kernel_log: /var/log is neither a file nor a character device; point "
+                               "it at /dev/kmsg (the default) or at a file in /dev/kmsg's record format"]
 
 
 def test_nvidia_smi_failing_on_a_gpu_node_refuses():
@@ -168,14 +185,28 @@ def test_refusals_come_first_in_order():
     assert [finding.fact.split(" ")[0] for finding in found] == ["nvidia-smi", "1", "XID", "its"]
 
 
+def _diag(name, rc):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm", name)) as handle:
+        return dict(dcgm_diag.parse(handle.read(), rc), present=True, level=1)
+
+
 def test_dcgm_s_diagnostic_with_health_diag():
-    """health_diag=1: gpufleet.cluster.dcgm_diag's result (its shape: tests/fixtures/dcgm/) under the health's dcgm."""
-    failing = {"present": True, "level": 1, "error": None, "gpus": [
-        {"gpu": 0, "result": "Pass", "failed": [], "messages": []},
-        {"gpu": 1, "result": "Fail", "failed": ["memory (fail)"], "messages": ["A DBE occurred on GPU 1"]}]}
-    found = gpu_gate.findings(health(dcgm=failing), gpu_gate.GateSettings())
-    assert messages(found) == ["node2 GPU 1: fails DCGM's level-1 diagnostic (memory (fail): A DBE occurred on GPU 1); "
-                               "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"]
+    """health_diag=1: gpufleet.cluster.dcgm_diag's result under the health's dcgm, from the corpus in
+    tests/fixtures/dcgm (a real persistence-mode warning; a pending page retirement, made from DCGM's source)."""
+    found = gpu_gate.findings(health(dcgm=_diag("dcgm-4.5.2-r1-pending-retirement.json", 226)), gpu_gate.GateSettings())
+    assert messages(found) == [
+        "node2 GPU 1: fails DCGM's level-1 diagnostic (software (fail: RESET): Page Retirement/Row Remap: A pending "
+        "retired page has been detected in GPU 1. Monitor - this GPU can still perform workload); see dcgmi diag -r 3 "
+        "on the node; reset the GPU, or take it out of service"]
+    warned = gpu_gate.findings(health(dcgm=_diag("dcgm-4.2.3-r1-persistence-disabled.json", 226)),
+                               gpu_gate.GateSettings())
+    assert messages(warned) == []  # a warning does not refuse the launch
+    assert messages(warned, refuse=False) == [
+        "node2 GPU 0: DCGM's level-1 diagnostic warns (software (warn: CONFIG): Persistence Mode: Persistence mode for "
+        'GPU 0 is disabled. Enable persistence mode by running "nvidia-smi -i <gpuId> -pm 1 " as root.); the job runs; '
+        "fix what DCGM names"]
     assert messages(gpu_gate.findings(health(dcgm={"present": False}), gpu_gate.GateSettings()), refuse=False) == [
         "node2: health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed; provision the node with "
         "-e dcgm_enabled=true, or leave health_diag out"]

@@ -149,17 +149,75 @@ def test_the_kernel_log_in_kmsg_format_with_times_from_boot(tmp_path):
 
 def test_an_unreadable_kernel_log_is_said():
     events, source = gpu_health.kernel_xids("/no/such/kmsg")
-    assert events == [] and source.startswith("unreadable: /no/such/kmsg")
+    assert events == [] and source.startswith("invalid: /no/such/kmsg: No such file or directory")
+
+
+def test_a_kernel_log_that_is_neither_a_file_nor_a_character_device_is_invalid(tmp_path):
+    events, source = gpu_health.kernel_xids(str(tmp_path))
+    assert events == [] and source == "invalid: %s is neither a file nor a character device" % tmp_path
+    assert gpu_health.kernel_log_problem("/dev/null") == ""  # a character device, as /dev/kmsg is
+
+
+def test_this_machines_dev_kmsg_is_read_as_the_character_device_it_is():
+    """The production branch: /dev/kmsg read record by record (one read a record, non-blocking to its end). Where
+    this machine lets the test read it (root, or kernel.dmesg_restrict=0), its records are real; elsewhere the
+    reader's refusal is the kernel's, and the journal is asked instead."""
+    assert gpu_health.kernel_log_problem(gpu_health.KMSG) == ""
+    try:
+        records = gpu_health._kmsg_records(gpu_health.KMSG)
+    except OSError as exc:
+        assert exc.errno in (1, 2, 13), exc  # EPERM under dmesg_restrict, EACCES, or no /dev/kmsg in a container
+        return
+    assert records, "/dev/kmsg gave no record"
+    for record in records[:50]:
+        priority, sequence, microseconds = record.partition(";")[0].split(",")[:3]
+        assert priority.isdigit() and sequence.isdigit() and microseconds.isdigit(), record[:120]
+    assert int(records[-1].split(",")[1]) >= int(records[0].split(",")[1])
+
+
+JOURNAL = os.path.join(HERE, "..", "..", "..", "fixtures", "journalctl")
+
+
+def journal(*names):
+    """A runner that replays the journalctl runs of tests/fixtures/journalctl (real captures and marked hand-made
+    ones), each for the argv it was run with."""
+    cases = []
+    for name in names:
+        with open(os.path.join(JOURNAL, name)) as handle:
+            cases.append(json.load(handle))
+
+    def run(cmd, **_kwargs):
+        case = next(case for case in cases if case["argv"] == cmd)
+        return subprocess.CompletedProcess(cmd, case["returncode"], case["stdout"], case["stderr"])
+
+    return run
+
+
+def no_kmsg(monkeypatch):
+    monkeypatch.setattr(gpu_health, "_kmsg_records", lambda path: (_ for _ in ()).throw(PermissionError(1, "denied")))
 
 
 def test_kmsg_unreadable_falls_back_on_journalctl(monkeypatch):
-    def journal(cmd, **_kwargs):
-        assert cmd[:3] == ["journalctl", "-k", "-b"]
-        return subprocess.CompletedProcess(cmd, 0, "1764000123.250000 gpu01 kernel: %s\n" % XID_119, "")
-
-    monkeypatch.setattr(gpu_health, "_kmsg_records", lambda path: (_ for _ in ()).throw(PermissionError(13, "denied")))
-    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal)
+    no_kmsg(monkeypatch)
+    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal("handmade-grep-xid-119.json"))
     assert source == "journalctl" and [(event["xid"], event["time"]) for event in events] == [(119, 1764000123.25)]
+
+
+def test_journalctl_that_shows_no_kernel_message_is_unreadable_not_no_xid(monkeypatch):
+    """The real run of a user who may not read the kernel's journal: --grep exits 1, as it does for "no match"."""
+    no_kmsg(monkeypatch)
+    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal(
+        "252-nonroot-grep-no-kernel-journal.json", "252-nonroot-last-no-kernel-journal.json"))
+    assert events == []
+    assert source == ("unreadable: /dev/kmsg: denied; journalctl shows this user no kernel message of this boot "
+                      "(exit 0)")
+
+
+def test_journalctl_exit_1_is_no_xid_where_the_kernel_journal_is_readable(monkeypatch):
+    no_kmsg(monkeypatch)
+    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal(
+        "252-nonroot-grep-no-kernel-journal.json", "handmade-last-kernel-line.json"))
+    assert (events, source) == ([], "journalctl")
 
 
 def test_bus_ids_of_nvidia_smi_and_of_the_kernel_log_match():

@@ -80,26 +80,30 @@ def _diag(name):
 
 
 def test_dcgm_table_shows_each_gpu_and_a_failed_gpu_is_named_with_its_node_test_and_message():
-    results = {"gpu01": _diag("dcgm4_r1_pass.json"), "gpu02": _diag("dcgm4_r1_gpu1_fail.json")}
+    results = {"gpu01": _diag("dcgm-4.5.2-r1-pass.json"), "gpu02": _diag("dcgm-4.5.2-r1-pending-retirement.json"),
+               "spark1": _diag("dcgm-4.2.3-r1-persistence-disabled.json")}
     lines = verify.dcgm_table(results).splitlines()
     assert lines[0].split()[:4] == ["node", "GPU", "or", "entity"]
     assert [line.split()[:4] for line in lines[2:]] == [
         ["gpu01", "GPU", "0", "(serial"], ["gpu01", "GPU", "1", "(serial"], ["gpu02", "GPU", "0", "(serial"],
-        ["gpu02", "GPU", "1", "Fail"]]
-    assert "Warn" in lines[4] and "Persistence mode for GPU 0 is disabled" in lines[4]
-    # A warning is shown, not failed on; the failed GPU is named with its node, test and DCGM's message.
+        ["gpu02", "GPU", "1", "(serial"], ["spark1", "GPU", "0", "Warn"]]
+    assert "Fail" in lines[5] and "software (fail: RESET)" in lines[5]
+    assert "software (warn: CONFIG)" in lines[6] and "Persistence mode for GPU 0 is disabled" in lines[6]
+    # The real persistence-mode warning (dcgmi wrote "Fail") is shown, not failed on; the failed GPU is named with
+    # its node, test, DCGM's severity and message.
     assert verify.dcgm_problems(results, {}) == [
-        "gpu02: GPU 1 failed DCGM's diagnostic (level 1): software (fail): GPU 1 has pending row remaps (gpufleet "
-        "test text)."]
+        "gpu02: GPU 1 (serial 1650123000002) failed DCGM's diagnostic (level 1): software (fail: RESET): Page "
+        "Retirement/Row Remap: A pending retired page has been detected in GPU 1. Monitor - this GPU can still "
+        "perform workload"]
 
 
 def test_dcgm_missing_where_required_or_without_a_result_is_a_problem_and_not_run_is_not():
     results = {"gpu01": {"present": False, "gpus": []}, "gpu02": {"present": False, "gpus": []},
-               "gpu03": dict(_diag("dcgm4_runtime_error.json")), "gpu04": {"skipped": True}}
+               "gpu03": dict(_diag("dcgm-4.5.2-runtime-error.json")), "gpu04": {"skipped": True}}
     assert verify.dcgm_problems(results, {"gpu01": True, "gpu02": False, "gpu04": True}) == [
         "gpu01: dcgm_enabled is true but dcgmi is not installed; run provision.yml --tags dcgm",
-        "gpu03: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run: Unable to connect to the host "
-        "engine (gpufleet test text)."]
+        "gpu03: DCGM's diagnostic (level 1) gave no result: dcgmi diag could not run: Error: Unable to complete "
+        "diagnostic for entities *,cpu:*. Return: (-11) : Timeout"]
     rows = [line.split()[:3] for line in verify.dcgm_table(results).splitlines()[2:]]
     assert rows == [["gpu01", "-", "no"], ["gpu02", "-", "no"], ["gpu03", "-", "error"], ["gpu04", "-", "not"]]
 

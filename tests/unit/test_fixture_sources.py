@@ -1,0 +1,98 @@
+"""The corpus of outside tools' output (tests/fixtures/<tool>/): every document names its source, and the test
+cluster's stand-ins print only what the corpus holds.
+
+A fixture written by the same hands as its reader carries the reader's misreadings, so each file says where it is
+from: a real capture, verbatim from the tool's own source or docs or a public report, or marked hand-made where
+nothing real was found."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures")
+sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
+
+import standin_repo  # noqa: E402  (tests/cluster, the stand-in packages)
+
+# The folders that hold an outside tool's output (the others hold gpufleet's own inputs or CRD schemas).
+TOOL_CORPORA = ("dcgm", "journalctl")
+
+
+@pytest.mark.parametrize("tool", TOOL_CORPORA)
+def test_every_document_names_its_source_in_the_readme(tool):
+    folder = os.path.join(FIXTURES, tool)
+    with open(os.path.join(folder, "README.md")) as handle:
+        rows = [line for line in handle if line.startswith("| `")]
+    described = {re.match(r"\| `([^`]+)`", row).group(1): row for row in rows}
+    documents = sorted(name for name in os.listdir(folder) if name != "README.md")
+    assert documents and sorted(described) == documents
+    for name, row in described.items():
+        assert re.search(r"\*\*(real capture|hand-made[^*]*)\*\*", row), "%s: %s says neither real nor hand-made" % (
+            tool, name)
+
+
+@pytest.fixture(name="host_engine")
+def fixture_host_engine():
+    """A process named nv-hostengine, as the stand-in dcgmi (like the real one) needs its host engine."""
+    engine = subprocess.Popen(["bash", "-c", "exec -a nv-hostengine sleep 60"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/cmdline" % engine.pid, "rb") as handle:
+                if handle.read().startswith(b"nv-hostengine"):
+                    break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    yield engine
+    engine.kill()
+    engine.wait()
+
+
+def _dcgmi(tmp_path, case, *args, proc="/proc"):
+    script = tmp_path / "dcgmi"
+    script.write_text(standin_repo.DCGMI_SCRIPT)
+    control = tmp_path / "control"
+    control.mkdir(exist_ok=True)
+    if case is not None:
+        (control / "dcgm-diag").write_text(case + "\n")
+    env = dict(os.environ, GPUFLEET_STANDIN_DCGM_CORPUS=os.path.join(FIXTURES, "dcgm"),
+               GPUFLEET_STANDIN_CONTROL=str(control), GPUFLEET_STANDIN_PROC=proc)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, env=env, check=False, timeout=30)
+
+
+@pytest.mark.parametrize("case", sorted(standin_repo.DCGM_REPLAYS))
+def test_the_standin_dcgmi_prints_a_corpus_document_byte_for_byte_with_dcgmis_exit_code(tmp_path, host_engine, case):
+    del host_engine
+    done = _dcgmi(tmp_path, case, "diag", "-r", "1", "-j", "--timeout", "300")
+    name, code = standin_repo.DCGM_REPLAYS[case]
+    with open(os.path.join(FIXTURES, "dcgm", name), "rb") as handle:
+        assert done.stdout == handle.read()
+    assert done.returncode == code and done.stderr == b""
+
+
+def test_the_standin_dcgmi_without_its_host_engine_replays_the_runtime_error(tmp_path):
+    (tmp_path / "proc").mkdir()  # a /proc of no process (a test cluster's nodes may run theirs on this kernel)
+    done = _dcgmi(tmp_path, None, "diag", "-r", "1", "-j", proc=str(tmp_path / "proc"))
+    with open(os.path.join(FIXTURES, "dcgm", standin_repo.DCGM_REPLAYS["runtime-error"][0]), "rb") as handle:
+        assert done.stdout == handle.read() and done.returncode == 245
+
+
+def test_the_standin_dcgmi_refuses_what_it_does_not_stand_in_for(tmp_path, host_engine):
+    del host_engine
+    assert _dcgmi(tmp_path, "pass", "discovery", "-l").returncode != 0
+    unknown = _dcgmi(tmp_path, "a-document-nobody-captured", "diag", "-r", "1", "-j")
+    assert unknown.returncode != 0 and unknown.stdout == b"" and b"no document" in unknown.stderr
+
+
+def test_the_stand_in_package_carries_the_corpus_documents_it_replays():
+    files = {path: content for name, _version, found in standin_repo.PACKAGES
+             if name == "datacenter-gpu-manager-4-core" for path, content in found.items()}
+    for name, _code in standin_repo.DCGM_REPLAYS.values():
+        with open(os.path.join(FIXTURES, "dcgm", name)) as handle:
+            assert files["%s/%s" % (standin_repo.DCGM_CORPUS, name)] == handle.read()
