@@ -31,6 +31,8 @@ description:
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
     C(repolist | enabled_repo_ids) the repository ids of C(dnf repolist --enabled -q);
     C(grep_output | grep_files | apt_sources_for(url, own_file)) finds other apt sources of NVIDIA's repository;
+    C(names | kernel_packages_missing(installed, kernel)) names those of the kernel's packages (kernel-devel) not
+    installed at the running kernel's version;
     C(dpkg_listing | branch_packages(branch)) lists the installed packages of a driver branch, and
     C(dpkg_listing | other_branch_packages(branch)) those of the other branches installed (Fabric Manager's too).
   - C(version | upstream_version) is a package version without epoch and revision (C(1:560.35.03-0ubuntu1) is
@@ -155,5 +157,6 @@ class FilterModule:
                 "alternative_state": nvidia_packaging.alternative_state,
                 "alternative_set_by_hand": nvidia_packaging.alternative_set_by_hand,
                 "dkms_versions": nvidia_packaging.dkms_versions,
+                "kernel_packages_missing": nvidia_packaging.kernel_packages_missing,
                 "dcgm_preflight_error": dcgm.preflight_error, "dcgm_cuda_major": dcgm_cuda_major,
                 "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages}

@@ -48,14 +48,20 @@ def parse_dpkg(out: str) -> dict[str, dict[str, Any]]:
 
 
 def parse_rpm(out: str, locks: str = "") -> dict[str, dict[str, Any]]:
-    """name -> {version, held} from `rpm -q --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'` ("package x is not
-    installed" lines are left out) and the versionlock list's text."""
-    locked = {_lock_name(line) for line in locks.splitlines() if line.strip() and not line.startswith("#")}
+    """name -> {version, held, stale_lock} from `rpm -q --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'` ("package x is
+    not installed" lines are left out) and the versionlock list's text: held where a lock holds the installed
+    version, stale_lock where the package's only locks hold another (a lock left from before an upgrade)."""
+    locked: dict[str, list[str]] = {}
+    for line in locks.splitlines():
+        if line.strip() and not line.startswith("#") and not line.strip().startswith("!"):
+            locked.setdefault(_lock_name(line), []).append(_lock_version(line))
     found: dict[str, dict[str, Any]] = {}
     for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) == 2:
-            found[parts[0]] = {"version": parts[1], "held": parts[0] in locked}
+            versions = locked.get(parts[0], [])
+            found[parts[0]] = {"version": parts[1], "held": parts[1] in versions,
+                               "stale_lock": bool(versions) and parts[1] not in versions}
     return found
 
 
@@ -67,6 +73,21 @@ def _lock_name(pattern: str) -> str:
     if ":" in pattern:  # name-epoch:version-release.arch
         return head.rsplit("-", 1)[0]
     return pattern.rsplit("-", 2)[0]
+
+
+# The arch part dnf's versionlock plugin writes after a lock's release (dnf-plugins-core versionlock.py: `add` writes
+# NAME-EPOCH:VERSION-RELEASE.*), or an arch a lock was written with by hand.
+_LOCK_ARCHES = ("*", "x86_64", "aarch64", "noarch", "i686")
+
+
+def _lock_version(pattern: str) -> str:
+    """The VERSION-RELEASE a versionlock entry holds, as rpm's %{VERSION}-%{RELEASE} prints it."""
+    pattern = pattern.strip().lstrip("!")
+    name = _lock_name(pattern)
+    rest = pattern[len(name) + 1:]
+    rest = rest.split(":", 1)[1] if ":" in rest else rest
+    stem, _dot, arch = rest.rpartition(".")
+    return stem if stem and arch in _LOCK_ARCHES else rest
 
 
 def read_packages(names: Optional[list[str]], kind: str, run: Run) -> dict[str, dict[str, Any]]:

@@ -261,3 +261,18 @@ def dkms_versions(status: str, kernel: str, module: str = "nvidia") -> list[str]
         if name == module and rest and rest[0] == kernel and version not in versions:
             versions.append(version)
     return versions
+
+
+def kernel_packages_missing(names: Iterable[str], installed: object, kernel: str) -> list[str]:
+    """Of names (kernel-devel, kernel-devel-matched), those not installed at the running kernel's version: the kernel
+    as `uname -r` gives it (5.14.0-427.13.1.el9_4.x86_64) is the package's VERSION-RELEASE and arch. ``installed`` is
+    package_facts' shape (name -> [{version}]); where it is not a dict (not read), every name is missing."""
+    wanted = list(names)
+    if not isinstance(installed, Mapping):
+        return wanted
+    missing = []
+    for name in wanted:
+        versions = [str(entry.get("version", "")) for entry in installed.get(name) or [] if isinstance(entry, Mapping)]
+        if not any(kernel == version or kernel.startswith(version + ".") for version in versions if version):
+            missing.append(name)
+    return missing

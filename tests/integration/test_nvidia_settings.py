@@ -33,9 +33,10 @@ DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvid
        # By name from the stream the driver role enabled (its fm profile would be another stream to dnf).
        "fabricmanager": ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05"],
        "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"]}
-# The running kernel's headers as NVIDIA's installation guide installs them: EL 8 by kernel, EL 9 kernel-devel-matched.
+# The running kernel's headers at its version (name-version-release.arch as uname -r gives it): EL 9's
+# kernel-devel-matched unversioned would install the newest kernel-core with it (test_el_nodes.py).
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
-DNF9 = dict(DNF, headers=["kernel-devel-matched", "kernel-headers"])
+DNF9 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-devel-matched-6.1.0-test", "kernel-headers"])
 # EPEL (for dkms) and the CodeReady Builder repository it needs, as NVIDIA's guide sets them up per distribution.
 ROCKY = {"crb_enable": ["dnf", "config-manager", "--set-enabled"], "epel": "epel-release"}
 RHEL = {"crb_enable": ["subscription-manager", "repos", "--enable"]}
