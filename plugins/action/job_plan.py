@@ -182,6 +182,7 @@ class ActionModule(ActionBase):
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),
             "hang_timeout": hang_timeout(args.get("hang_timeout")),
+            "health_diag": plan.parse_health_diag(args.get("health_diag")),
             "max_restarts": max_restarts,
             "launcher": chosen_launcher,
             "scheduler": chosen_scheduler,

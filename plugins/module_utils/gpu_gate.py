@@ -95,8 +95,37 @@ def _count(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     return found
 
 
+def recovery_fix(action: str, index: int | None) -> str:
+    """What to do for the driver's recovery action (XID 154, nvidia-smi's gpu_recovery_action): NVIDIA's GPU memory
+    error management guide, "Recovery action flag" (None, Reset, Reboot, Drain P2P, Drain and Reset)."""
+    words = action.lower()
+    reset = RESET % index if index is not None else "reboot the node"
+    if "reboot" in words:
+        return "reboot the node (the driver asks for it: %s)" % action
+    if "drain" in words and "reset" in words:
+        return "stop the processes that transfer peer-to-peer with this GPU, then %s" % reset
+    if "drain" in words:
+        return ("stop the processes that transfer peer-to-peer with this GPU (the driver asks to drain P2P), then "
+                "launch again")
+    return reset
+
+
+# fabric.state's value once the GPU has joined its NVLink fabric, and fabric.status's once that succeeded.
+FABRIC_DONE = ("completed", "success")
+
+
 def _gpu_state(gpu: Mapping[str, Any]) -> list[Finding]:
     label, index, found = gpu_label(gpu), int(gpu["index"]), []
+    action = str(gpu.get("recovery_action") or "")
+    if action and action.lower() != "none":
+        found.append(Finding(True, label, "the driver asks for a recovery action: %s" % action,
+                             recovery_fix(action, index)))
+    state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
+    if state and (str(state).lower(), str(status or "").lower()) != FABRIC_DONE:
+        found.append(Finding(True, label, "its NVLink fabric is %s (status %s), not Completed with Success: CUDA "
+                             "cannot start on it" % (state, status or "unknown"),
+                             "check Fabric Manager (systemctl status nvidia-fabricmanager; its log "
+                             "/var/log/fabricmanager.log), wait while it is In Progress, or reboot the node"))
     if gpu.get("error"):
         found.append(Finding(True, label, "nvidia-smi reports %s" % gpu["error"], RESET % index))
     if (gpu.get("ecc_uncorrected") or 0) > 0:
@@ -132,7 +161,8 @@ def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     gpus, latest = _by_bus(health), {}
     for event in health.get("xids") or []:
         acknowledged = settings.acknowledged_before is not None and event["time"] < settings.acknowledged_before
-        if event["class"] == "hardware" and not acknowledged:
+        recovered = event["xid"] == 154 and str(event.get("action") or "").lower() == "none"
+        if event["class"] == "hardware" and not acknowledged and not recovered:
             key = (gpu_health.bus_key(event["bus_id"]), event["xid"])
             seen, count = latest.get(key, (event, 0))
             latest[key] = (event if event["time"] >= seen["time"] else seen, count + 1)
@@ -141,18 +171,28 @@ def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
         gpu = gpus.get(bus)
         label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
         after = _utc(event["time"] + 1).isoformat()
+        action = event.get("action")
+        meaning = "%s: %s" % (event["meaning"], action) if action else event["meaning"]
+        fix = recovery_fix(action, gpu["index"] if gpu else None) if action else (
+            RESET % gpu["index"] if gpu else "reboot the node")
         found.append(Finding(True, label, "XID %d (%s)%s, last at %s UTC, a hardware or driver fault, in the kernel "
-                             "log since boot" % (event["xid"], event["meaning"], " %d times" % count if count > 1 else "",
+                             "log since boot" % (event["xid"], meaning, " %d times" % count if count > 1 else "",
                                                  _utc(event["time"]).strftime("%Y-%m-%d %H:%M:%S")),
                              "%s; once it is fixed without a reboot, acknowledge it with %s: '%s' in the node's host "
-                             "variables" % (RESET % gpu["index"] if gpu else "reboot the node", ACK_VARIABLE, after)))
+                             "variables" % (fix, ACK_VARIABLE, after)))
     return found
 
 
 def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     states = health.get("nvlink") or {}
     if not any(state.get("up") for state in states.values()):
-        return []  # no NVLink up anywhere: GPUs without NVLink (or a bridge not fitted), nothing to compare
+        switches = int(health.get("fabric_switches") or 0)
+        if switches and any(state.get("down") for state in states.values()):
+            return [Finding(True, "", "no NVLink link is up on any GPU, and the node has %d NVLink switch%s (an "
+                            "NVSwitch or NVLink5 system): its fabric is down" % (switches, "" if switches == 1 else "es"),
+                            "check Fabric Manager (systemctl status nvidia-fabricmanager; /var/log/fabricmanager.log) "
+                            "and nvidia-smi nvlink --status, or reboot the node")]
+        return []  # no NVLink up anywhere and no switch: GPUs without NVLink (or a bridge not fitted)
     gpus, found = {str(gpu["index"]): gpu for gpu in health.get("gpus") or []}, []
     up = sum(state.get("up", 0) for state in states.values())
     for index, state in sorted(states.items()):

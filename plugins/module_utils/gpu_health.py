@@ -23,13 +23,18 @@ from typing import Any
 
 # nvidia-smi --query-gpu fields, in the order asked (nvidia-smi(1), "GPU ATTRIBUTES"; --help-query-gpu).
 HEALTH_FIELDS = (
-    ("index", "index"), ("uuid", "uuid"), ("bus_id", "pci.bus_id"), ("name", "name"),
+    ("index", "index"), ("uuid", "uuid"), ("bus_id", "pci.bus_id"), ("name", "name"), ("driver", "driver_version"),
     ("temperature", "temperature.gpu"), ("utilization", "utilization.gpu"), ("memory_used", "memory.used"),
     ("memory_total", "memory.total"), ("power", "power.draw"), ("sm_clock", "clocks.sm"),
     ("sm_clock_max", "clocks.max.sm"), ("event_reasons", "clocks_event_reasons.active"),
     ("ecc_uncorrected", "ecc.errors.uncorrected.volatile.total"), ("retired_pending", "retired_pages.pending"),
     ("remap_pending", "remapped_rows.pending"), ("remap_failure", "remapped_rows.failure"),
     ("pcie_width", "pcie.link.width.current"), ("pcie_width_max", "pcie.link.width.max"),
+    # The NVLink fabric's training on NVSwitch and NVLink5 systems: CUDA starts only once it is "Completed" with
+    # "Success" ([N/A] on a GPU without a fabric); and the driver's recovery action for the GPU (None, Reset, Reboot,
+    # Drain P2P, Drain and Reset: NVML's nvmlDeviceGpuRecoveryAction_t, the GPU memory error management guide's
+    # "Recovery action flag"). A driver that does not know them leaves them out (query_gpus).
+    ("fabric_state", "fabric.state"), ("fabric_status", "fabric.status"), ("recovery_action", "gpu_recovery_action"),
 )
 # Drivers before the rename (R535) know the clock event reasons by their older name.
 FIELD_ALIASES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
@@ -60,9 +65,12 @@ XID_MEANINGS = {
     109: "context switch timeout", 119: "GSP RPC timeout", 120: "GSP error", 154: "GPU recovery action changed",
 }
 # Application faults: the XIDs after which NVIDIA's Kubernetes device plugin keeps a GPU healthy
-# (NVIDIA/k8s-device-plugin, internal/rm/health.go, applicationErrorXids). Every other XID counts as a hardware or
-# driver fault, as that plugin counts it.
-APPLICATION_XIDS = frozenset((13, 31, 43, 45, 68))
+# (NVIDIA/k8s-device-plugin at 1b826acc, internal/rm/health.go, getDisabledHealthCheckXids' ignoredXids: 13, 31, 43,
+# 45, 68 and 109). Every other XID counts as a hardware or driver fault, as that plugin counts it.
+APPLICATION_XIDS = frozenset((13, 31, 43, 45, 68, 109))
+# XID 154 states the recovery action the driver now asks for: "GPU recovery action changed from 0x0 (None) to 0x1
+# (GPU Reset Required)"; the names vary by driver ("Node Reboot Required", "OS Reboot", "PF FLR", public kernel logs).
+_RECOVERY_CHANGE = re.compile(r"recovery action changed from .*? to (0x[0-9a-fA-F]+) \(([^)]*)\)")
 # The driver's kernel log line: "NVRM: Xid (PCI:0000:9b:00): 79, pid=..., name=..., GPU has fallen off the bus."
 _XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)(?:\.[0-9A-Fa-f]+)?\): (\d+),?\s*(.*)")
 KMSG = "/dev/kmsg"
@@ -128,6 +136,8 @@ def _gpu_row(names: list[str], line: str) -> dict[str, Any]:
         row["event_reasons"] = None
     for key in ("retired_pending", "remap_pending", "remap_failure"):
         row[key] = _yes(_value(raw.get(key, "")))
+    for key in ("driver", "fabric_state", "fabric_status", "recovery_action"):
+        row[key] = _value(raw.get(key, ""))
     return row
 
 
@@ -216,14 +226,27 @@ def xid_class(xid: int) -> str:
     return "application" if xid in APPLICATION_XIDS else "hardware"
 
 
+def recovery_action(detail: str) -> str | None:
+    """The action an XID 154 line says the driver now asks for ("GPU Reset Required", "Node Reboot Required",
+    "Drain P2P", "None"), or None where the line says none."""
+    found = _RECOVERY_CHANGE.search(detail)
+    if not found:
+        return None
+    return found.group(2).strip() or ("None" if int(found.group(1), 16) == 0 else found.group(1))
+
+
 def parse_xid(message: str) -> dict[str, Any] | None:
-    """An XID event from one kernel log message: the GPU's bus id, the XID, its meaning and class, the detail."""
+    """An XID event from one kernel log message: the GPU's bus id, the XID, its meaning and class, the detail (and
+    for XID 154 the recovery action it names)."""
     found = _XID_LINE.search(message)
     if not found:
         return None
     xid = int(found.group(2))
-    return {"bus_id": found.group(1).lower(), "xid": xid, "meaning": XID_MEANINGS.get(xid, "XID %d" % xid),
-            "class": xid_class(xid), "detail": found.group(3).strip()[:200]}
+    event = {"bus_id": found.group(1).lower(), "xid": xid, "meaning": XID_MEANINGS.get(xid, "XID %d" % xid),
+             "class": xid_class(xid), "detail": found.group(3).strip()[:200]}
+    if xid == 154:
+        event["action"] = recovery_action(event["detail"])
+    return event
 
 
 def boot_time(proc: str = "/proc") -> float:

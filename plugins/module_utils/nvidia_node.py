@@ -149,27 +149,24 @@ def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subproces
 
 def gpu_health_with_pci(kernel_log: str, sys_root: str = "/sys") -> dict:
     """The GPU health gate's read of the node (gpu_health.read) with ``pci_gpus``, the NVIDIA GPUs on its PCI bus
-    (what nvidia-smi should answer for): what node_probe and stack_facts return."""
+    (what nvidia-smi should answer for), and ``fabric_switches``, the NVLink switches whose fabric the GPUs must join:
+    what node_probe and stack_facts return."""
     health = gpu_health.read(kernel_log)
     health["pci_gpus"] = len(pci_gpus(sys_root))
+    # An NVLink fabric the GPUs must join: NVSwitches on the PCI bus, or NVLink5 switch management ports.
+    health["fabric_switches"] = len(pci_nvswitches(sys_root)) + len(nvlink5_switch_devices(sys_root))
     return health
 
 
 def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:
     """GPUs as nvidia-smi sees them: count, models and the driver version; empty without a working driver.
 
-    The one count of a node's GPUs: the launch's default nproc_per_node (launch, node_probe) and verify.yml's
-    stack table (stack_facts) both read it."""
-    try:
-        done = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True,
-                   text=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return {"count": 0, "models": [], "driver": None}
-    if done.returncode != 0:
-        return {"count": 0, "models": [], "driver": None}
-    rows = [[part.strip() for part in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
-    driver = rows[0][1] if rows and len(rows[0]) > 1 else None
-    return {"count": len(rows), "models": sorted({row[0] for row in rows}), "driver": driver}
+    A view of gpu_health.query_gpus, the one reader of nvidia-smi's GPU list: a GPU is a row that answers for its
+    index (a lost GPU is not counted). The launch's default nproc_per_node (launch, node_probe), verify.yml's stack
+    table (stack_facts) and the health gate count the same GPUs."""
+    gpus = gpu_health.query_gpus(run)["gpus"]
+    driver = next((gpu["driver"] for gpu in gpus if gpu.get("driver")), None)
+    return {"count": len(gpus), "models": sorted({gpu["name"] for gpu in gpus if gpu.get("name")}), "driver": driver}
 
 
 def cuda_version(cuda_home: str = "/usr/local/cuda",

@@ -83,6 +83,12 @@ options:
   hang_timeout:
     description: Seconds without output on every node before the job counts as hung (a whole number >= 1); unset is off.
     type: raw
+  health_diag:
+    description:
+      - The level of DCGM's diagnostic the GPU health gate runs on every node before launch (C(dcgmi diag -r LEVEL),
+        1 to 4; 1 takes seconds and does not load the GPUs); C(0) or C(false) runs none, C(true) is 1.
+    type: raw
+    default: 0
   max_restarts:
     description: Launches of the whole gang again after a failure (a whole number from 0 to 100).
     type: raw
@@ -187,6 +193,9 @@ plan:
       type: str
     hang_timeout:
       description: The hang watchdog's timeout in seconds, or null when off.
+      type: int
+    health_diag:
+      description: The DCGM diagnostic level of the health gate, 0 for none.
       type: int
     max_restarts:
       description: How many times the whole gang may be launched again after a failure.

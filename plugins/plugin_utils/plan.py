@@ -106,6 +106,23 @@ def parse_bool(value: Any, variable: str) -> bool:
     raise PlanError("%s: must be true or false, got %r" % (variable, value))
 
 
+# dcgmi diag's run levels (-r 1 to 4): 1 takes seconds and does not load the GPUs, 2 minutes, 3 and 4 longer.
+DCGM_LEVELS = (1, 2, 3, 4)
+
+
+def parse_health_diag(value: Any) -> int:
+    """health_diag: the DCGM diagnostic level the health gate runs (0 or false: none; true: 1)."""
+    if value is None or value == "" or value is False or str(value).strip().lower() in ("false", "no", "off", "0"):
+        return 0
+    if value is True or str(value).strip().lower() in ("true", "yes", "on"):
+        return 1
+    text = str(value).strip()
+    if text.isdigit() and int(text) in DCGM_LEVELS:
+        return int(text)
+    raise PlanError("health_diag: %r is not a DCGM diagnostic level (0 or false for none, 1 to 4 for dcgmi diag -r "
+                    "1 to 4; 1 takes seconds and does not load the GPUs)" % (value,))
+
+
 def order_nodes(group_hosts: Sequence[str], play_hosts: Sequence[str]) -> list[str]:
     """The nodes in rank order: the group's inventory order, kept to the play's hosts (--limit)."""
     if not group_hosts:

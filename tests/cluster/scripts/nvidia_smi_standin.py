@@ -29,6 +29,10 @@ DEFAULTS = {
     "clocks_event_reasons.active": "0x0000000000000001", "ecc.errors.uncorrected.volatile.total": 0,
     "retired_pages.pending": "No", "remapped_rows.pending": "No", "remapped_rows.failure": "No",
     "pcie.link.width.current": 16, "pcie.link.width.max": 16, "persistence_mode": "Enabled",
+    # No NVLink fabric on this stand-in node ([N/A], as nvidia-smi(1) says of a field a GPU does not have), and no
+    # recovery action pending ("None", NVML's NVML_GPU_RECOVERY_ACTION_NONE). Hand-made: no real capture of these
+    # fields' CSV values was found.
+    "fabric.state": "[N/A]", "fabric.status": "[N/A]", "gpu_recovery_action": "None",
 }
 ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "gpu_name": "name",
            "gpu_bus_id": "pci.bus_id", "gpu_uuid": "uuid"}

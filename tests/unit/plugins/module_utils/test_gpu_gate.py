@@ -211,3 +211,43 @@ def test_dcgm_s_diagnostic_with_health_diag():
         "node2: health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed; provision the node with "
         "-e dcgm_enabled=true, or leave health_diag out"]
     assert gpu_gate.findings(health(dcgm={"skipped": True}), gpu_gate.GateSettings()) == []
+
+
+def test_xid_154_advises_the_recovery_action_it_names():
+    event = dict(xid(154), action="Node Reboot Required",
+                 detail="GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+    (refusal,) = messages(gpu_gate.findings(health(xids=[event]), gpu_gate.GateSettings()))
+    assert "XID 154 (GPU recovery action changed: Node Reboot Required)" in refusal
+    assert "; reboot the node (the driver asks for it: Node Reboot Required); once it is fixed" in refusal
+    drain = dict(event, action="Drain P2P")
+    assert "stop the processes that transfer peer-to-peer with this GPU (the driver asks to drain P2P)" in messages(
+        gpu_gate.findings(health(xids=[drain]), gpu_gate.GateSettings()))[0]
+    # A change back to None says the GPU recovered: nothing to refuse.
+    assert gpu_gate.findings(health(xids=[dict(event, action="None")]), gpu_gate.GateSettings()) == []
+
+
+def test_a_recovery_action_nvidia_smi_reports_refuses_naming_it():
+    found = gpu_gate.findings(health([gpu(0, recovery_action="Reset"), gpu(1, recovery_action="None")]),
+                              gpu_gate.GateSettings())
+    assert messages(found) == ["node2 GPU 0 (0000:18:00.0): the driver asks for a recovery action: Reset; reset the GPU "
+                               "(nvidia-smi -r -i 0, with nothing running on it) or reboot the node"]
+
+
+def test_a_gpu_whose_nvlink_fabric_is_not_completed_refuses_naming_its_state():
+    found = gpu_gate.findings(health([gpu(0, fabric_state="Completed", fabric_status="Success"),
+                                      gpu(1, fabric_state="In Progress", fabric_status="N/A")]),
+                              gpu_gate.GateSettings())
+    assert messages(found) == [
+        "node2 GPU 1 (0000:19:00.0): its NVLink fabric is In Progress (status N/A), not Completed with Success: CUDA "
+        "cannot start on it; check Fabric Manager (systemctl status nvidia-fabricmanager; its log "
+        "/var/log/fabricmanager.log), wait while it is In Progress, or reboot the node"]
+
+
+def test_no_nvlink_up_on_a_node_with_nvlink_switches_is_a_refusal_not_no_nvlink():
+    down = {"0": {"up": 0, "down": [0, 1]}, "1": {"up": 0, "down": [0, 1]}}
+    assert gpu_gate.findings(health(nvlink=down), gpu_gate.GateSettings()) == []  # PCIe GPUs, no switch
+    found = gpu_gate.findings(health(nvlink=down, fabric_switches=4), gpu_gate.GateSettings())
+    assert messages(found) == [
+        "node2: no NVLink link is up on any GPU, and the node has 4 NVLink switches (an NVSwitch or NVLink5 system): "
+        "its fabric is down; check Fabric Manager (systemctl status nvidia-fabricmanager; /var/log/fabricmanager.log) "
+        "and nvidia-smi nvlink --status, or reboot the node"]

@@ -42,10 +42,12 @@ def test_every_field_of_a_healthy_gpu_is_read(tmp_path):
     assert found["nvidia_smi"] and found["lost"] == [] and found["error"] == ""
     first, second = found["gpus"]
     assert first == {"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "bus_id": "00000000:18:00.0",
-                     "name": "NVIDIA H100 80GB HBM3", "error": "", "temperature": 31.0, "utilization": 0.0,
+                     "name": "NVIDIA H100 80GB HBM3", "driver": "580.95.05", "error": "", "temperature": 31.0,
+                     "utilization": 0.0,
                      "memory_used": 0.0, "memory_total": 81559.0, "power": 69.52, "sm_clock": 345.0,
                      "sm_clock_max": 1980.0, "ecc_uncorrected": 0.0, "pcie_width": 16.0, "pcie_width_max": 16.0,
-                     "event_reasons": 1, "retired_pending": False, "remap_pending": False, "remap_failure": False}
+                     "event_reasons": 1, "retired_pending": False, "remap_pending": False, "remap_failure": False,
+                     "fabric_state": None, "fabric_status": None, "recovery_action": "None"}
     assert second["index"] == 1 and second["utilization"] == 97.0 and second["event_reasons"] == 0x48
     assert len(run.calls) == 1  # one nvidia-smi call for every field of every GPU
 
@@ -124,6 +126,27 @@ def test_xid_lines_are_classified(line, xid, kind, bus):
     event = gpu_health.parse_xid(line)
     assert (event["xid"], event["class"], event["bus_id"]) == (xid, kind, bus)
     assert event["meaning"] == gpu_health.XID_MEANINGS[xid]
+
+
+@pytest.mark.parametrize("line, action", [
+    # Kernel lines of XID 154 as public reports quote them (driver branches name the actions differently).
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+     "GPU Reset Required"),
+    ("NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+     "Node Reboot Required"),
+    ("NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (OS Reboot)", "OS Reboot"),
+])
+def test_xid_154_names_the_recovery_action_the_driver_asks_for(line, action):
+    event = gpu_health.parse_xid(line)
+    assert event["xid"] == 154 and event["class"] == "hardware" and event["action"] == action
+
+
+def test_xid_109_is_an_applications_fault_as_nvidias_device_plugin_counts_it():
+    # A real PyTorch process's line (leptonai/gpud, the accelerator-nvidia-error-xid component's README, a dmesg of
+    # 2024-08-30).
+    event = gpu_health.parse_xid("NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, "
+                                 "errorString CTX SWITCH TIMEOUT, Info 0x58005")
+    assert event["xid"] == 109 and event["class"] == "application"
 
 
 def test_lines_that_are_not_xids():

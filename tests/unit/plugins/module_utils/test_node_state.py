@@ -16,7 +16,10 @@ DPKG_OUT = ("bash\tii \t5.2.15-2+b8\n"
             "libc6:amd64\tii \t2.36-9+deb12u14\n")
 # rpm -q --qf '%{NAME}\t%{VERSION}-%{RELEASE}\n' for two packages, one missing.
 RPM_OUT = "libnccl\t2.21.5-1+cuda12.4\npackage nvidia-fabric-manager is not installed\n"
-VERSIONLOCK = "# Added locks on Mon\nlibnccl-0:2.21.5-1+cuda12.4.*\nnvidia-driver-3:570.86.15-1.el9.*\n"
+# /etc/dnf/plugins/versionlock.list as `dnf versionlock add` writes it (dnf-plugins-core, versionlock.py: a comment
+# "Added lock on <ctime>", then NAME-EPOCH:VERSION-RELEASE.* per package).
+VERSIONLOCK = ("\n# Added lock on Mon Nov 23 10:02:12 2026\nlibnccl-0:2.21.5-1+cuda12.4.*\n"
+               "nvidia-driver-3:570.86.15-1.el9.*\n")
 # systemctl show --property=Id,UnitFileState,ActiveState -- ssh.service nosuch.service
 SYSTEMCTL_OUT = ("Id=ssh.service\nUnitFileState=enabled\nActiveState=active\n\n"
                  "Id=nosuch.service\nUnitFileState=\nActiveState=inactive\n")
@@ -31,7 +34,12 @@ def test_dpkg_output_gives_installed_packages_their_version_and_hold():
 
 def test_rpm_output_and_the_versionlock_list_give_versions_and_holds():
     found = node_state.parse_rpm(RPM_OUT, VERSIONLOCK)
-    assert found == {"libnccl": {"version": "2.21.5-1+cuda12.4", "held": True}}
+    assert found == {"libnccl": {"version": "2.21.5-1+cuda12.4", "held": True, "stale_lock": False}}
+    # A lock of another version than the installed one (left from before an upgrade) holds nothing: not held, and
+    # said to be stale so that the hold releases it before locking the installed version.
+    upgraded = node_state.parse_rpm("libnccl\t2.26.2-1+cuda12.8\nnvidia-driver\t570.86.15-1.el9\n", VERSIONLOCK)
+    assert upgraded == {"libnccl": {"version": "2.26.2-1+cuda12.8", "held": False, "stale_lock": True},
+                        "nvidia-driver": {"version": "570.86.15-1.el9", "held": True, "stale_lock": False}}
     assert node_state._lock_name("nvidia-driver-3:570.86.15-1.el9.*") == "nvidia-driver"
     assert node_state._lock_name("cuda-toolkit-12-8-12.8.1-1") == "cuda-toolkit-12-8"
 

@@ -1,8 +1,26 @@
 """GPUs on the PCI bus and the loaded driver, read from a fake sysfs tree; the installed driver from modinfo."""
 
+import json
+import os
 import subprocess
+import sys
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "cluster", "scripts",
+                       "nvidia_smi_standin.py")
+
+
+def standin(tmp_path, state):
+    """A runner that answers nvidia-smi's calls with the test cluster's stand-in, from this state."""
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(state))
+
+    def run(cmd, **_kwargs):
+        env = dict(os.environ, GPUFLEET_STANDIN_GPUS=str(path))
+        return subprocess.run([sys.executable, STANDIN, *cmd[1:]], capture_output=True, text=True, env=env, check=False)
+
+    return run
 
 
 def pci(root, address, vendor, klass, device="0x2330"):
@@ -48,11 +66,10 @@ def completed(stdout, rc=0):
     return run
 
 
-def test_nvidia_smi_gpus():
-    out = "NVIDIA H100 80GB HBM3, 570.124.06\nNVIDIA H100 80GB HBM3, 570.124.06\n"
-    assert nvidia_node.nvidia_smi_gpus(completed(out)) == {"count": 2, "models": ["NVIDIA H100 80GB HBM3"],
-                                                           "driver": "570.124.06"}
-    assert nvidia_node.nvidia_smi_gpus(completed("", rc=9))["count"] == 0
+def test_nvidia_smi_gpus_is_the_health_readers_count(tmp_path):
+    """One reader of nvidia-smi's GPU list (gpu_health.query_gpus): the stand-in's two GPUs, one of them lost."""
+    run = standin(tmp_path, {"driver": "570.124.06", "gpus": [{}, {"state": "lost"}, {}]})
+    assert nvidia_node.nvidia_smi_gpus(run) == {"count": 2, "models": ["NVIDIA H100 80GB HBM3"], "driver": "570.124.06"}
 
 
 def test_no_driver_or_no_nvidia_smi_means_no_gpu():
@@ -65,10 +82,9 @@ def test_no_driver_or_no_nvidia_smi_means_no_gpu():
     assert nvidia_node.nvidia_smi_gpus(missing)["count"] == 0
 
 
-def test_a_gpu_list_without_the_driver_column_still_counts():
-    """A stand-in (or an old nvidia-smi) answering one line per GPU: counted, no driver read."""
-    assert nvidia_node.nvidia_smi_gpus(completed("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n")) == {
-        "count": 1, "models": ["GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"], "driver": None}
+def test_a_line_that_does_not_answer_for_a_gpu_index_is_not_a_gpu():
+    """nvidia-smi -L's style, or a message: not rows of the query asked, so no GPU (the count was lenient before)."""
+    assert nvidia_node.nvidia_smi_gpus(completed("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\n"))["count"] == 0
 
 
 def test_cuda_version_from_nvcc():

@@ -155,3 +155,15 @@ def test_spares_a_job_cannot_use_are_left_out_with_the_reason(launcher, schedule
     note = plan.spares_note(SPARES, launcher, scheduler, nnodes, "gpu_spares", max_restarts)
     assert note.startswith("spare nodes of group 'gpu_spares' (node3) are not used: "), note
     assert why in note, note
+
+
+@pytest.mark.parametrize("value, level", [(None, 0), ("", 0), (False, 0), ("false", 0), ("0", 0), (0, 0), (True, 1),
+                                          ("true", 1), ("1", 1), (1, 1), ("4", 4)])
+def test_health_diag_is_a_dcgm_level(value, level):
+    assert plan.parse_health_diag(value) == level
+
+
+@pytest.mark.parametrize("value", ["5", 7, "-1", "quick", "1.5"])
+def test_health_diag_that_dcgm_does_not_know_is_refused_naming_it(value):
+    with pytest.raises(plan.PlanError, match=r"health_diag: .* is not a DCGM diagnostic level"):
+        plan.parse_health_diag(value)
