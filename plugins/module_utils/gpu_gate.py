@@ -188,8 +188,9 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     if not any(state.get("up") for state in states.values()):
         switches = int(health.get("fabric_switches") or 0)
         if switches and any(state.get("down") for state in states.values()):
+            plural = "" if switches == 1 else "es"
             return [Finding(True, "", "no NVLink link is up on any GPU, and the node has %d NVLink switch%s (an "
-                            "NVSwitch or NVLink5 system): its fabric is down" % (switches, "" if switches == 1 else "es"),
+                            "NVSwitch or NVLink5 system): its fabric is down" % (switches, plural),
                             "check Fabric Manager (systemctl status nvidia-fabricmanager; /var/log/fabricmanager.log) "
                             "and nvidia-smi nvlink --status, or reboot the node")]
         return []  # no NVLink up anywhere and no switch: GPUs without NVLink (or a bridge not fitted)

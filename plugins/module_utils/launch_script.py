@@ -63,8 +63,9 @@ def iface_lines(iface: str) -> str:
         raise ValueError("%r is not a network interface name" % iface)
     quoted = iface
     return ("# The interface of this node's cluster address, unless an environment file or the job named one:\n"
-            "# Gloo and NCCL would otherwise use the address the hostname resolves to (127.0.1.1 on many servers).\n"
-            'export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-%s}" GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"\n'
+            "# Gloo and NCCL would otherwise use the address the hostname resolves to (127.0.1.1 on many servers);\n"
+            "# NCCL's '=' takes that name exactly, not as a prefix.\n"
+            'export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=%s}" GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"\n'
             % (quoted, quoted))
 
 

@@ -275,15 +275,16 @@ def flight_recorder_dumps(job_dir: str) -> list[str]:
 
 
 def iface_prelude(launcher: str) -> str:
-    """Shell lines that set GPUFLEET_IFACE_OPTS from NCCL_SOCKET_IFNAME (the nccl_env role's choice)."""
+    """Shell lines that set GPUFLEET_IFACE_OPTS from NCCL_SOCKET_IFNAME (the nccl_env role's choice), without the
+    "=" that makes NCCL match the name exactly (${NCCL_SOCKET_IFNAME#=}: Open MPI and Horovod take plain names)."""
     if launcher == "mpirun":
         return ('GPUFLEET_IFACE_OPTS=""\n'
                 'if [ -n "${NCCL_SOCKET_IFNAME:-}" ]; then GPUFLEET_IFACE_OPTS="--mca btl_tcp_if_include '
-                '${NCCL_SOCKET_IFNAME} --mca oob_tcp_if_include ${NCCL_SOCKET_IFNAME}"; fi\n'
+                '${NCCL_SOCKET_IFNAME#=} --mca oob_tcp_if_include ${NCCL_SOCKET_IFNAME#=}"; fi\n'
                 'GPUFLEET_MPI_ROOT_OPTS=""\n'
                 'if [ "$(id -u)" = 0 ]; then GPUFLEET_MPI_ROOT_OPTS="--allow-run-as-root"; fi\n')
     if launcher == "horovodrun":
         return ('GPUFLEET_IFACE_OPTS=""\n'
                 'if [ -n "${NCCL_SOCKET_IFNAME:-}" ]; then GPUFLEET_IFACE_OPTS="--network-interface '
-                '${NCCL_SOCKET_IFNAME}"; fi\n')
+                '${NCCL_SOCKET_IFNAME#=}"; fi\n')
     return ""

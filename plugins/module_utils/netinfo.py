@@ -14,7 +14,7 @@ import os
 import socket
 import struct
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
 
@@ -98,10 +98,12 @@ def infiniband(sys_root: str = "/sys") -> list[dict]:
     return hcas
 
 
-def active_hcas(hcas: list[dict]) -> list[str]:
-    """NCCL_IB_HCA entries (name:port) for the ports that are up."""
-    return ["%s:%d" % (hca["name"], port["port"]) for hca in hcas for port in hca["ports"]
-            if port["state"].endswith("ACTIVE")]
+def active_hcas(hcas: list[dict], leave_out: Iterable[str] = ()) -> list[str]:
+    """NCCL_IB_HCA entries (name:port) for the ports that are up, but those of the HCAs named in leave_out (an NVLink5
+    system's switch management ports, which are InfiniBand devices too)."""
+    skipped = set(leave_out)
+    return ["%s:%d" % (hca["name"], port["port"]) for hca in hcas if hca["name"] not in skipped
+            for port in hca["ports"] if port["state"].endswith("ACTIVE")]
 
 
 def ib_traffic_bytes(before: list[dict], after: list[dict]) -> dict[str, dict[str, int]]:

@@ -72,7 +72,7 @@ hostname:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, nvidia_node
 
 
 def main() -> None:
@@ -86,7 +86,9 @@ def main() -> None:
     except (OSError, ValueError) as exc:
         module.fail_json(msg="cannot read the node's addresses: %s" % exc)
     hcas = netinfo.infiniband(module.params["sys_root"])
-    result = dict(changed=False, interfaces=found, infiniband=hcas, ib_hca=netinfo.active_hcas(hcas),
+    # NVLink5 systems' switch management ports are InfiniBand devices too; NCCL must not send its traffic there.
+    switch_ports = nvidia_node.nvlink5_switch_devices(module.params["sys_root"])
+    result = dict(changed=False, interfaces=found, infiniband=hcas, ib_hca=netinfo.active_hcas(hcas, switch_ports),
                   **netinfo.hostname())
     if interface is None:
         module.fail_json(msg="no interface of this node holds its cluster address %s (interfaces: %s); set "

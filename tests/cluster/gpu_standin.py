@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import testbed
@@ -50,9 +51,20 @@ def log_kernel(node: str, message: str, at: float | None = None) -> float:
     return at
 
 
-def xid_line(bus: str, xid: int, text: str) -> str:
-    """The NVIDIA driver's XID line for a GPU (its kernel-log bus id, 0000:19:00) as the kernel log has it."""
-    return "NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s" % (bus, xid, text)
+# The driver's XID lines of gpufleet's corpus (tests/fixtures/kmsg, each line's source in its README).
+KMSG_CORPUS = os.path.join(os.path.dirname(HERE), "fixtures", "kmsg", "handmade-xids.txt")
+
+
+def xid_line(bus: str, xid: int) -> str:
+    """The corpus's line of that XID, as a real kernel log printed it, for the stand-in GPU at ``bus`` (its
+    kernel-log bus id, 0000:19:00): only the PCI address is this test's."""
+    with open(KMSG_CORPUS) as handle:
+        for record in handle:
+            message = record.partition(";")[2].rstrip("\n")
+            found = re.match(r"NVRM: Xid \(PCI:[0-9a-fA-F:]+\): (\d+),", message)
+            if found and int(found.group(1)) == xid:
+                return re.sub(r"\(PCI:[0-9a-fA-F:]+\)", "(PCI:%s)" % bus, message, count=1)
+    raise KeyError("no XID %d line in %s" % (xid, KMSG_CORPUS))
 
 
 def remove(node: str) -> None:

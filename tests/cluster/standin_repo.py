@@ -137,6 +137,9 @@ for _branch, _driver_revision, _drivers, _versions in (
             "Depends": " | ".join("%s (= %s)" % (driver, _driver_version) for driver in _drivers)}
         PACKAGES.append(("libnvidia-nscq" + _suffix, _version, {
             "/usr/share/gpufleet-standin/libnvidia-nscq" + _suffix: _version + "\n"}))
+        # libnvsdm at the driver's version (NVIDIA's gpu-driver-container nvsdm_install), for NVLink5 systems.
+        PACKAGES.append(("libnvsdm" + _suffix, _version, {
+            "/usr/share/gpufleet-standin/libnvsdm" + _suffix: _version + "\n"}))
 # The NVLink subnet manager, which NVIDIA's repository carries for NVLink5 systems (gpu-driver-container install.sh,
 # nvlink5_pkgs_install: nvlsm with Debian's infiniband-diags); the stand-in's version is not one of NVIDIA's.
 PACKAGES.append(("nvlsm", "2025.01.0-gpufleet", {"/usr/share/gpufleet-standin/nvlsm": "nvlsm stand-in\n"}))

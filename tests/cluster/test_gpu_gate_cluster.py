@@ -51,7 +51,7 @@ def job_folders(cluster):
             for node in cluster.nodes}
 
 
-XID_79 = gpu_standin.xid_line("0000:19:00", 79, "GPU has fallen off the bus.")
+XID_79 = gpu_standin.xid_line("0000:19:00", 79)
 
 # (case, state of node1's stand-in, kernel log lines, more arguments, what the refusal must say)
 REFUSALS = [

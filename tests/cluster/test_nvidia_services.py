@@ -178,3 +178,37 @@ def test_on_systemd_the_toolkits_refresh_units_own_the_one_cdi_specification(sys
     assert third.rc == 0 and third.recap()[name]["changed"] == 0, third.out[-4000:]
     check = node.playbook("provision.yml", *CONTAINERS, "--check")
     assert check.rc == 0 and check.recap()[name]["changed"] == 0, check.out[-4000:]
+
+
+def test_a_user_who_may_not_read_the_kernel_log_is_told_xids_were_not_checked(systemd_node, tmp_path):
+    """train.yml's probe runs as the inventory's user, without become. For a user other than root on a node under
+    systemd, /dev/kmsg is refused (kernel.dmesg_restrict=1, as on this machine and on Ubuntu) or absent (a
+    container's), and journald shows the user no kernel message (not in adm or systemd-journal): the gate says on
+    that node that XIDs were not checked, and gpufleet_xid_check_required=true refuses the node. Nothing here is a
+    stand-in but nvidia-smi: the kernel's and journald's own refusals."""
+    node = systemd_node
+    name = node.nodes[0]
+    host = node.host(name)
+    user = "mlops"
+    added = host.run("id %s || (useradd -m -s /bin/bash %s && install -d -m 700 -o %s -g %s /home/%s/.ssh && "
+                     "install -m 600 -o %s -g %s /root/.ssh/authorized_keys /home/%s/.ssh/authorized_keys)"
+                     % ((user,) * 8))
+    assert added.rc == 0, added.stderr
+    assert "adm" not in host.run("id -nG %s" % user).stdout.split()
+    gpu_standin.install(name, {"gpus": [{}]})
+    script = tmp_path / "hello.py"  # this node has no training Python: a script of the standard library
+    script.write_text("print('trained on a node whose kernel log this user may not read')\n")
+    train = ("train.yml", "-e", "script=%s" % script, "-e", "launcher=none",
+             "-e", "gpufleet_python=/usr/bin/python3", "-e", "ansible_user=%s" % user)
+    try:
+        warned = node.playbook(*train, "-e", "job=xid-unread")
+        refused = node.playbook(*train, "-e", "job=xid-required", "-e", "gpufleet_xid_check_required=true")
+    finally:
+        gpu_standin.remove(name)
+    said = " ".join(warned.out.split())
+    assert warned.rc == 0, warned.out[-4000:]
+    assert "%s: XIDs were not checked: the kernel log is unreadable: /dev/kmsg: " % name in said, said[-4000:]
+    assert "journalctl shows this user no kernel message of this boot" in said
+    assert refused.rc != 0
+    assert "%s: XIDs were not checked" % name in " ".join(refused.out.split()), refused.out[-4000:]
+    assert host.run("test -e /home/%s/.gpufleet/jobs/xid-required" % user).rc != 0

@@ -336,8 +336,8 @@ chmod 755 /usr/local/sbin/modprobe
 
 def test_an_hgx_b200_gets_fabric_manager_the_subnet_manager_and_ib_umad_loaded_now(cluster, provisioned):
     """What it checks: detection by the SW_MNG mark (no PCI NVSwitch), the packages (Fabric Manager, libnvidia-nscq,
-    nvlsm, Debian's infiniband-diags), ib_umad at boot and now, idempotence and check mode. What it does not: NVIDIA's
-    binaries, a real ib_umad, nvlsm actually managing a fabric."""
+    libnvsdm, nvlsm, Debian's infiniband-diags), ib_umad at boot and now, idempotence and check mode. What it does
+    not: NVIDIA's binaries, a real ib_umad, nvlsm actually managing a fabric."""
     assert provisioned["converge"].rc == 0
     cluster.node_exec("node0", "sh", "-c", FAKE_B200, check=True)
     args = ("--limit", "node0", "--tags", "nvidia_driver,nvidia_fabricmanager",
@@ -347,6 +347,8 @@ def test_an_hgx_b200_gets_fabric_manager_the_subnet_manager_and_ib_umad_loaded_n
         assert run.rc == 0, run.out[-3000:]
         installed = packages(cluster, "node0")
         assert installed["nvidia-fabricmanager"] == installed["libnvidia-nscq"] == ("580.95.05-1", "hold")
+        # DCGM and NVML reach fourth-generation NVSwitches through libnvsdm: at the driver's version, held.
+        assert installed["libnvsdm"] == ("580.95.05-1", "hold")
         assert "nvlsm" in installed and "infiniband-diags" in installed
         host = cluster.host("node0")
         assert host.file("/etc/modules-load.d/ib_umad.conf").content_string.splitlines()[-1] == "ib_umad"
@@ -358,8 +360,9 @@ def test_an_hgx_b200_gets_fabric_manager_the_subnet_manager_and_ib_umad_loaded_n
         assert host.file("/run/gpufleet-standin-modprobe").content_string.split() == ["ib_umad"]  # loaded once
     finally:
         cluster.node_exec("node0", "rm", "-f", "/usr/local/sbin/modprobe", "/run/gpufleet-standin-modprobe")
-        cluster.node_exec("node0", "sh", "-c", "apt-mark unhold nvidia-fabricmanager libnvidia-nscq >/dev/null; "
-                          "apt-get purge -y nvidia-fabricmanager libnvidia-nscq nvlsm infiniband-diags >/dev/null; "
+        cluster.node_exec("node0", "sh", "-c", "apt-mark unhold nvidia-fabricmanager libnvidia-nscq libnvsdm >/dev/null; "
+                          "apt-get purge -y nvidia-fabricmanager libnvidia-nscq libnvsdm nvlsm infiniband-diags "
+                          ">/dev/null; "
                           "rm -f /etc/modules-load.d/ib_umad.conf")
 
 

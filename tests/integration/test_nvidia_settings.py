@@ -103,6 +103,25 @@ def test_fabric_manager_before_580_carries_the_branch_in_its_names(tmp_path, dis
     assert rendered["fabricmanager"] == expected and rendered["fabricmanager_hold"] == hold
 
 
+@pytest.mark.parametrize("distribution, major, arch, expected, hold", [
+    ("Ubuntu", "24", "x86_64", ["nvidia-fabricmanager=580.95.05-*", "libnvidia-nscq=580.95.05-*", "libnvsdm=580.95.05-*"],
+     ["nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm"]),
+    ("Rocky", "9", "x86_64", ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05", "libnvsdm-580.95.05"],
+     ["nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm"]),
+    ("Ubuntu", "24", "aarch64", ["nvidia-fabricmanager=580.95.05-*", "libnvidia-nscq=580.95.05-*"],
+     ["nvidia-fabricmanager", "libnvidia-nscq"]),
+])
+def test_an_nvlink5_system_gets_libnvsdm_at_the_drivers_version_on_x86_64(tmp_path, distribution, major, arch, expected,
+                                                                          hold):
+    """DCGM and NVML reach fourth-generation NVSwitches through libnvsdm (NVIDIA's gpu-driver-container installs it
+    at the driver's version and holds it; there is none for arm64). An HGX B200 (device 0x2901) with one switch port."""
+    rc, out, rendered = render(tmp_path, distribution, major, arch, "-e",
+                               '{"target_gpus": [{"device": "0x2901"}], "target_nvlink5": ["mlx5_4"]}')
+    assert rc == 0, out[-2000:]
+    assert rendered["fabricmanager"] == expected
+    assert rendered["fabricmanager_hold"] == hold
+
+
 @pytest.mark.parametrize("distribution, major, arch", [("CentOS", "7", "x86_64"), ("Ubuntu", "18", "x86_64"),
                                                        ("Rocky", "10", "x86_64"), ("Ubunty", "22", "x86_64"),
                                                        ("Debian", "12", "ppc64le")])

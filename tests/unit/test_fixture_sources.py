@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
 import standin_repo  # noqa: E402  (tests/cluster, the stand-in packages)
 
 # The folders that hold an outside tool's output (the others hold gpufleet's own inputs or CRD schemas).
-TOOL_CORPORA = ("dcgm", "journalctl")
+TOOL_CORPORA = ("dcgm", "journalctl", "kmsg", "nvidia_smi")
 
 
 @pytest.mark.parametrize("tool", TOOL_CORPORA)
@@ -31,6 +31,8 @@ def test_every_document_names_its_source_in_the_readme(tool):
     described = {re.match(r"\| `([^`]+)`", row).group(1): row for row in rows}
     documents = sorted(name for name in os.listdir(folder) if name != "README.md")
     assert documents and sorted(described) == documents
+    for name in documents:  # a hand-made document says so in its name too
+        assert ("**hand-made" in described[name]) == name.startswith("handmade-") or tool == "dcgm", name
     for name, row in described.items():
         assert re.search(r"\*\*(real capture|hand-made[^*]*)\*\*", row), "%s: %s says neither real nor hand-made" % (
             tool, name)

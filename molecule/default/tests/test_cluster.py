@@ -37,7 +37,14 @@ def test_nccl_conf_names_the_cluster_interface(host):
     address = host.run("getent ahostsv4 $(hostname)").stdout.split()[0]
     links = json.loads(host.check_output("ip -j addr show"))
     iface = next(l["ifname"] for l in links if any(a.get("local") == address for a in l.get("addr_info", [])))
-    assert "NCCL_SOCKET_IFNAME=%s" % iface in host.file("/etc/nccl.conf").content_string
+    # "=": NCCL takes the name exactly, not as a prefix (eth0 would also take eth01).
+    conf = host.file("/etc/nccl.conf").content_string
+    assert "NCCL_SOCKET_IFNAME==%s\n" % iface in conf
+    # node1's fake HCA (tests/cluster/testbed.py FAKE_SYS): its active port, exactly (mlx5_0 alone, not mlx5_0*).
+    if host.file("/fake-sys/class/infiniband/mlx5_0").exists:
+        assert "NCCL_IB_HCA==mlx5_0:1\n" in conf
+    else:
+        assert "NCCL_IB_HCA" not in conf
 
 
 def test_venv_has_torch(host):

@@ -107,6 +107,32 @@ def test_compute_processes_with_their_user(tmp_path):
     assert gpu_health.process_user(99999, str(proc)) == ""  # another PID namespace's process
 
 
+SMI = os.path.join(HERE, "..", "..", "..", "fixtures", "nvidia_smi")
+
+
+def replay(name):
+    """A runner that answers `nvidia-smi nvlink --status` with a document of tests/fixtures/nvidia_smi."""
+    with open(os.path.join(SMI, name)) as handle:
+        out = handle.read()
+
+    def run(cmd, **_kwargs):
+        assert cmd == ["nvidia-smi", "nvlink", "--status"]
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    return run
+
+
+def test_nvlink_of_a_real_a100_node_and_of_a_node_without_nvlink():
+    states = gpu_health.nvlink_states(replay("nvlink-status-a100-8gpu.txt"))
+    assert states == {str(gpu): {"up": 12, "down": []} for gpu in range(8)}
+    assert gpu_health.nvlink_states(replay("nvlink-status-a10.txt")) == {}
+
+
+def test_nvlink_links_written_inactive_are_down():
+    states = gpu_health.nvlink_states(replay("handmade-nvlink-status-a100-two-links-down.txt"))
+    assert states["3"] == {"up": 10, "down": [4, 9]} and states["2"] == {"up": 12, "down": []}
+
+
 def test_nvlink_links_up_and_down(tmp_path):
     run = standin(tmp_path, {"gpus": [{}, {}], "nvlink": {"0": ["26.562 GB/s"] * 3, "1": ["26.562 GB/s", "<inactive>",
                                                                                           "<inactive>"]}})
@@ -168,6 +194,25 @@ def test_the_kernel_log_in_kmsg_format_with_times_from_boot(tmp_path):
     assert [(event["xid"], event["time"]) for event in events] == [(119, 1764000060.0), (79, 1764000120.5)]
     later, _source = gpu_health.kernel_xids(str(log), since=1764000100, proc=str(proc))
     assert [event["xid"] for event in later] == [79]
+
+
+KMSG = os.path.join(HERE, "..", "..", "..", "fixtures", "kmsg")
+
+
+def test_real_kmsg_records_without_an_xid_give_none(tmp_path):
+    """A real capture of /dev/kmsg (tests/fixtures/kmsg): device records with continuation lines, no XID."""
+    (tmp_path / "stat").write_text("btime 1764000000\n")
+    assert gpu_health.kernel_xids(os.path.join(KMSG, "linux-6.18.44-records.txt"), proc=str(tmp_path)) == (
+        [], os.path.join(KMSG, "linux-6.18.44-records.txt"))
+
+
+def test_the_drivers_xid_lines_in_kmsg_records_are_read_with_their_times_and_classes(tmp_path):
+    (tmp_path / "stat").write_text("btime 1764000000\n")
+    events, _source = gpu_health.kernel_xids(os.path.join(KMSG, "handmade-xids.txt"), proc=str(tmp_path))
+    assert [(event["xid"], event["class"], event["bus_id"], event.get("action")) for event in events] == [
+        (119, "hardware", "0000:9b:00", None), (109, "application", "0000:cb:00", None),
+        (79, "hardware", "0000:01:00", None), (154, "hardware", "0000:01:00", "Node Reboot Required")]
+    assert events[0]["time"] == pytest.approx(1764000000 + 2345.678901)
 
 
 def test_an_unreadable_kernel_log_is_said():

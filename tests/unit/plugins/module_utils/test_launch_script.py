@@ -103,7 +103,8 @@ def test_the_supervisor_sets_each_attempts_master_port(fake_python, tmp_path):
 
 def test_the_probed_interface_is_set_for_gloo_and_nccl_where_nothing_names_one(fake_python, tmp_path):
     seen = run_rendered(spec(fake_python, tmp_path, iface="eno1"), tmp_path)
-    assert seen["env"]["GLOO_SOCKET_IFNAME"] == "eno1" and seen["env"]["NCCL_SOCKET_IFNAME"] == "eno1"
+    # NCCL's "=" takes the name exactly (eno1 would otherwise also take eno10); Gloo takes the plain name.
+    assert seen["env"]["GLOO_SOCKET_IFNAME"] == "eno1" and seen["env"]["NCCL_SOCKET_IFNAME"] == "=eno1"
 
 
 def test_an_interface_named_by_a_node_file_or_the_job_wins_over_the_probed_one(fake_python, tmp_path):

@@ -124,7 +124,13 @@ def test_single_entry_launchers_run_on_node_0_only(launcher):
 
 def test_mpi_interface_restriction_comes_from_the_nccl_env_choice(tmp_path):
     rendered = render_launch_script(spec(rank=0, launcher="mpirun"), str(tmp_path / "env"))
-    assert "--mca btl_tcp_if_include ${NCCL_SOCKET_IFNAME}" in rendered
+    # Open MPI and Horovod take plain names: the "=" NCCL reads as "exactly this name" is left out.
+    for launcher, expected in (("mpirun", "--mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0"),
+                               ("horovodrun", "--network-interface eth0")):
+        shown = subprocess.run(["bash", "-c", launchers.iface_prelude(launcher) + 'printf %s "$GPUFLEET_IFACE_OPTS"'],
+                               env={"NCCL_SOCKET_IFNAME": "=eth0", "PATH": "/usr/bin:/bin"}, capture_output=True,
+                               text=True, check=True)
+        assert shown.stdout == expected
     assert "${GPUFLEET_IFACE_OPTS}" in rendered and "${GPUFLEET_MPI_ROOT_OPTS}" in rendered
     follower = render_launch_script(spec(rank=1, launcher="mpirun"), str(tmp_path / "env"))
     assert "node_rank 1 takes part through node 0's mpirun; nothing to start here" in follower

@@ -69,6 +69,20 @@ def test_infiniband_hcas_and_active_ports(tmp_path):
     assert netinfo.active_hcas(hcas) == ["mlx5_0:1"]
 
 
+def test_an_nvlink5_systems_switch_management_ports_are_left_out_of_nccls_hcas(tmp_path):
+    """NVLink5 trays carry their NVSwitches' management ports as InfiniBand devices whose VPD says SW_MNG
+    (nvidia_node.nvlink5_switch_devices, after NVIDIA's gpu-driver-container); NCCL's traffic must not go there."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+
+    make_hca(tmp_path, "mlx5_0", {1: "4: ACTIVE"}, ["ib0"])
+    make_hca(tmp_path, "mlx5_4", {1: "4: ACTIVE"}, [])
+    (tmp_path / "class/infiniband/mlx5_4/device").mkdir()
+    (tmp_path / "class/infiniband/mlx5_4/device/vpd").write_bytes(b"\x82\x10NVIDIA SW_MNG port\x78")
+    switches = nvidia_node.nvlink5_switch_devices(str(tmp_path))
+    assert switches == ["mlx5_4"]
+    assert netinfo.active_hcas(netinfo.infiniband(str(tmp_path)), switches) == ["mlx5_0:1"]
+
+
 def test_no_infiniband(tmp_path):
     assert netinfo.infiniband(str(tmp_path)) == []
 
