@@ -50,8 +50,10 @@ description:
     alternatives system's own record of a link (C(/var/lib/dpkg/alternatives/NAME), null where missing) is set by
     hand.
   - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
-    C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string; C(wanted | dcgm_cuda_major(branch))
-    is the CUDA major whose DCGM build a node gets (the driver branch's when empty, 13 on 580, 12 on 525 to 575);
+    C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string;
+    C(wanted | dcgm_cuda_major(branch, node_driver, devices)) is the CUDA major whose DCGM build a node gets (when
+    empty, that of the node's own driver version where given, else of the branch: 13 on 580, 12 on 525 to 575; 12
+    where a GPU among the PCI device IDs is older than Turing, which CUDA 13 does not build for);
     C(major | dcgm_package_names) and C(major | dcgm_packages(version, kind)) name DCGM's core and CUDA packages and
     their specifications at a version (apt with NVIDIA's epoch 1, any revision).
   - Versions are compared numerically.
@@ -114,9 +116,9 @@ def needs_nvlsm(devices: Any, nvlink5_count: Any) -> bool:
     return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvlink5_count or 0))
 
 
-def dcgm_cuda_major(wanted: Any, branch: Any) -> int:
+def dcgm_cuda_major(wanted: Any, branch: Any, node_driver: Any = None, devices: Any = ()) -> int:
     try:
-        return dcgm.cuda_major(wanted, branch)
+        return dcgm.node_cuda_major(wanted, branch, node_driver, devices)
     except nvidia.StackError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -44,24 +44,39 @@ def pci_nvswitches(sys_root: str = "/sys") -> list[dict[str, str]]:
 
 
 # An NVLink5 system (HGX B200/B300, GB200/GB300 NVL): its fourth-generation NVSwitches are not on the host's PCI bus
-# as NVIDIA bridges; they are managed through InfiniBand devices whose VPD carries SW_MNG. NVIDIA's driver container
-# detects them so (NVIDIA/gpu-driver-container, ubuntu22.04/nvidia-driver, _assert_nvlink5_system).
+# as NVIDIA bridges; they are managed through ConnectX (Mellanox, PCI vendor 0x15b3) devices whose VPD carries SW_MNG.
+# NVIDIA's driver container detects them so through /sys/class/infiniband/*/device/vpd (NVIDIA/gpu-driver-container,
+# ubuntu22.04/nvidia-driver, _assert_nvlink5_system); that path is the PCI device's own VPD, which the PCI bus shows
+# whether or not mlx5_ib is loaded (a fresh node's InfiniBand class can still be empty at preflight).
 NVLINK5_VPD_MARK = b"SW_MNG"
+MELLANOX_VENDOR = "0x15b3"
+
+
+def _switch_vpd(device_dir: str) -> bool:
+    try:
+        with open(os.path.join(device_dir, "vpd"), "rb") as handle:
+            return NVLINK5_VPD_MARK in handle.read()
+    except OSError:
+        return False  # no VPD (a virtual function, a device without one), or not readable
 
 
 def nvlink5_switch_devices(sys_root: str = "/sys") -> list[str]:
-    """The InfiniBand devices (/sys/class/infiniband/NAME) whose VPD marks them as NVLink5 switch management ports:
+    """The NVLink5 switch management ports: the InfiniBand devices (/sys/class/infiniband/NAME) whose VPD marks them
+    so, then the Mellanox PCI devices (their PCI address) whose VPD does and that no InfiniBand device stands for yet.
     Fabric Manager, the NVLink subnet manager and ib_umad are needed where there are any."""
     base = os.path.join(sys_root, "class", "infiniband")
-    found = []
+    found, covered = [], set()
     for name in sysfs.entries(base):
-        try:
-            with open(os.path.join(base, name, "device", "vpd"), "rb") as handle:
-                vpd = handle.read()
-        except OSError:
-            continue  # no VPD (a virtual function, a device without one), or not readable
-        if NVLINK5_VPD_MARK in vpd:
+        device = os.path.join(base, name, "device")
+        if _switch_vpd(device):
             found.append(name)
+            covered.add(os.path.basename(os.path.realpath(device)))
+    pci = os.path.join(sys_root, "bus", "pci", "devices")
+    for address in sysfs.entries(pci):
+        device = os.path.join(pci, address)
+        if address not in covered and sysfs.value(os.path.join(device, "vendor")) == MELLANOX_VENDOR \
+                and _switch_vpd(device):
+            found.append(address)
     return found
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_hardware
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError, driver_branch
 
 # The CUDA major each driver branch reports, from the minimum driver of each major's first release (CUDA Toolkit
@@ -46,6 +47,27 @@ def cuda_major(wanted: Any, branch: Any) -> int:
         raise StackError("dcgm_cuda_major: %r is not a CUDA major DCGM 4 is built for (%s), or empty for the "
                          "driver's" % (wanted, ", ".join(str(m) for m in DCGM_CUDA_MAJORS)))
     return int(text)
+
+
+# CUDA 13 builds nothing for GPUs before Turing (compute capability 7.5; CUDA 13.0 release notes, "Deprecated and
+# Dropped Features", the same floor nvidia_hardware.TOOLKIT_CAPABILITIES keeps): DCGM's cuda13 build cannot test them,
+# so a node with such a GPU gets the cuda12 build whatever its driver reports.
+CUDA13_MIN_CAPABILITY = (7, 5)
+
+
+def node_cuda_major(wanted: Any, branch: Any, node_driver: Any = None, devices: Any = ()) -> int:
+    """The CUDA major of the DCGM build a node gets: dcgm_cuda_major where given; else that of the driver the node
+    runs (node_driver, its version such as 570.133.20, where the nvidia_driver role does not manage the node's
+    driver; else the branch it installs), and 12 rather than 13 where one of the node's GPUs (PCI device IDs) is
+    older than Turing."""
+    if wanted not in (None, ""):
+        return cuda_major(wanted, branch)
+    text = str(node_driver or "").strip()
+    major = driver_cuda_major(text.split(".")[0] if text else branch)
+    capabilities = [nvidia_hardware.gpu_model(device)["capability"] for device in devices or ()]
+    if major >= 13 and any(c is not None and c < CUDA13_MIN_CAPABILITY for c in capabilities):
+        return 12
+    return major
 
 
 def check_version(version: Any) -> str:

@@ -74,6 +74,7 @@ def test_supported_distribution_renders(tmp_path, distribution, major, arch, pat
     rc, _out, rendered = render(tmp_path, distribution, major, arch)
     assert rc == 0
     assert rendered.pop("url") == "%s/%s" % (MIRROR, path)
+    assert rendered.pop("dcgm_major") == 13  # driver branch 580's CUDA major
     assert rendered == expected
 
 
@@ -139,3 +140,24 @@ def test_the_internal_repository_role_refuses_to_run_on_its_own():
     assert done.returncode != 0
     assert "gpufleet.cluster.nvidia_repo is internal: it is included by the nvidia_driver, cuda_toolkit and nccl roles" \
         in done.stdout.replace("\n        ", " ")
+
+
+@pytest.mark.parametrize("extra, major", [
+    # The driver the nvidia_driver role installs (580): CUDA 13, whatever the node runs before the run.
+    ({"target_node_facts": {"gpus": [{"device": "0x2330"}], "loaded_driver": "570.133.20", "driver_origin": "package"}},
+     13),
+    # A driver the role leaves alone: the node's own (570 reports CUDA 12).
+    ({"nvidia_driver_enabled": False,
+      "target_node_facts": {"gpus": [{"device": "0x2330"}], "loaded_driver": "570.133.20", "driver_origin": "package"}},
+     12),
+    # A driver kept as it was installed (the .run installer), 580.
+    ({"nvidia_driver_keep_unpackaged": True,
+      "target_node_facts": {"gpus": [{"device": "0x2330"}], "installed_driver": "580.95.05", "driver_origin": "runfile"}},
+     13),
+    # V100s on driver 580: CUDA 13 builds nothing for Volta, so DCGM's cuda12 build.
+    ({"target_node_facts": {"gpus": [{"device": "0x1db1"}], "driver_origin": "package"}}, 12),
+], ids=["managed", "left-alone-570", "kept-runfile-580", "volta-on-580"])
+def test_dcgm_gets_the_build_for_the_driver_the_node_runs(tmp_path, extra, major):
+    rc, out, rendered = render(tmp_path, "Ubuntu", "22", "x86_64", "-e", json.dumps(extra))
+    assert rc == 0, out[-2000:]
+    assert rendered["dcgm_major"] == major

@@ -167,6 +167,25 @@ def test_nvlink5_systems_are_found_by_the_sw_mng_mark_in_an_infiniband_device_s_
     assert nvidia_node.nvlink5_switch_devices(str(tmp_path / "none")) == []
 
 
+def test_nvlink5_switch_ports_are_found_on_the_pci_bus_before_mlx5_ib_is_loaded(tmp_path):
+    """A fresh B200 node at preflight: mlx5_ib not loaded yet, so /sys/class/infiniband is empty; the switch
+    management ports are on the PCI bus (Mellanox, vendor 0x15b3) with the same VPD. One that an InfiniBand device
+    stands for is counted once, by its InfiniBand name."""
+    for address, vendor, vpd in (("0000:5a:00.0", "0x15b3", b"\x82\x08NVSwitch\x90SW_MNG\x00\x78"),
+                                 ("0000:5b:00.0", "0x15b3", b"\x82\x10ConnectX-7 HCA\x90\x00PN"),
+                                 ("0000:18:00.0", "0x10de", b"SW_MNG in another vendor's device")):
+        device = tmp_path / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "vpd").write_bytes(vpd)
+    assert nvidia_node.nvlink5_switch_devices(str(tmp_path)) == ["0000:5a:00.0"]
+    # Once mlx5_ib is loaded: the InfiniBand device's "device" is a link to the PCI device.
+    ib = tmp_path / "class" / "infiniband" / "mlx5_4"
+    ib.mkdir(parents=True)
+    (ib / "device").symlink_to(tmp_path / "bus" / "pci" / "devices" / "0000:5a:00.0")
+    assert nvidia_node.nvlink5_switch_devices(str(tmp_path)) == ["mlx5_4"]
+
+
 def test_ofed_is_found_by_ofed_info_which_mlnx_ofed_and_doca_ofed_install():
     def answer(stdout, rc=0):
         return lambda argv, **_kw: subprocess.CompletedProcess(argv, rc, stdout, "")

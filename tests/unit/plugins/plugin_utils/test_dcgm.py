@@ -38,3 +38,21 @@ def test_versions_other_than_dcgm_4_upstream_are_refused_naming_the_variable(ver
 def test_good_inputs_have_no_problem():
     assert dcgm.preflight_error("4.5.2", "", 580) == ""
     assert dcgm.preflight_error("4.5.2", "", "nope").startswith("nvidia_driver_branch: ")
+
+
+def test_the_node_gets_the_build_for_the_driver_it_runs():
+    """The nvidia_driver role's branch where it manages the driver (node_driver None); the node's own driver where it
+    does not (a driver the user installed or kept): a 570 driver reports CUDA 12 although the inventory says 580."""
+    assert dcgm.node_cuda_major("", 580) == 13
+    assert dcgm.node_cuda_major("", 580, node_driver="570.133.20") == 12
+    assert dcgm.node_cuda_major("", 570, node_driver="580.95.05") == 13
+    assert dcgm.node_cuda_major("13", 570, node_driver="570.133.20") == 13  # dcgm_cuda_major given wins
+
+
+def test_a_gpu_older_than_turing_gets_the_cuda_12_build_on_a_cuda_13_driver():
+    """CUDA 13 builds nothing for Maxwell, Pascal or Volta (CUDA 13.0 release notes): a V100 (10de:1db1) node on
+    driver 580 gets cuda12; an H100 (10de:2330) node cuda13; an unknown device ID does not change it."""
+    assert dcgm.node_cuda_major("", 580, devices=["0x1db1", "0x1db1"]) == 12
+    assert dcgm.node_cuda_major("", 580, devices=["0x2330"]) == 13
+    assert dcgm.node_cuda_major("", 580, devices=["0xffff"]) == 13
+    assert dcgm.node_cuda_major("", 570, devices=["0x1db1"]) == 12
