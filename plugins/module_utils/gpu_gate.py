@@ -163,21 +163,26 @@ def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
         acknowledged = settings.acknowledged_before is not None and event["time"] < settings.acknowledged_before
         recovered = event["xid"] == 154 and str(event.get("action") or "").lower() == "none"
         if event["class"] == "hardware" and not acknowledged and not recovered:
-            key = (gpu_health.bus_key(event["bus_id"]), event["xid"])
+            key = (gpu_health.bus_key(event["bus_id"]), event["xid"], bool(event.get("sxid")))
             seen, count = latest.get(key, (event, 0))
             latest[key] = (event if event["time"] >= seen["time"] else seen, count + 1)
     found = []
-    for (bus, _xid), (event, count) in sorted(latest.items(), key=lambda item: item[1][0]["time"]):
-        gpu = gpus.get(bus)
-        label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
+    for (bus, _xid, _sxid), (event, count) in sorted(latest.items(), key=lambda item: item[1][0]["time"]):
+        gpu = None if event.get("sxid") else gpus.get(bus)
         after = _utc(event["time"] + 1).isoformat()
         action = event.get("action")
-        meaning = "%s: %s" % (event["meaning"], action) if action else event["meaning"]
-        fix = recovery_fix(action, gpu["index"] if gpu else None) if action else (
-            RESET % gpu["index"] if gpu else "reboot the node")
-        found.append(Finding(True, label, "XID %d (%s)%s, last at %s UTC, a hardware or driver fault, in the kernel "
-                             "log since boot" % (event["xid"], meaning, " %d times" % count if count > 1 else "",
-                                                 _utc(event["time"]).strftime("%Y-%m-%d %H:%M:%S")),
+        if event.get("sxid"):  # a fatal NVSwitch error: the fabric must be reset (Fabric Manager User Guide)
+            label = "NVSwitch at %s (nvidia-%s)" % (event["bus_id"], event.get("switch") or "nvswitch")
+            fact = "SXid %d (%s: %s)" % (event["xid"], event["meaning"], event.get("detail") or "no detail")
+            fix = "reboot the node, which resets the NVSwitches and GPUs of its NVLink fabric"
+        else:
+            label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
+            fact = "XID %d (%s)" % (event["xid"], "%s: %s" % (event["meaning"], action) if action else event["meaning"])
+            fix = recovery_fix(action, gpu["index"] if gpu else None) if action else (
+                RESET % gpu["index"] if gpu else "reboot the node")
+        found.append(Finding(True, label, "%s%s, last at %s UTC, a hardware or driver fault, in the kernel log since "
+                             "boot" % (fact, " %d times" % count if count > 1 else "",
+                                       _utc(event["time"]).strftime("%Y-%m-%d %H:%M:%S")),
                              "%s; once it is fixed without a reboot, acknowledge it with %s: '%s' in the node's host "
                              "variables" % (fix, ACK_VARIABLE, after)))
     return found

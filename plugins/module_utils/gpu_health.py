@@ -7,8 +7,8 @@ supervisor (standard library, Python 3.8).
 
 What it reads: per GPU, nvidia-smi's --query-gpu fields below; the compute processes on the GPUs (with their
 user from /proc); NVLink link states (`nvidia-smi nvlink --status`, where a node has two GPUs or more); and the
-kernel log's XID events (/dev/kmsg, else journalctl), each classified from NVIDIA's XID documentation. What is
-made of it (refuse, warn) is gpu_gate.py's. The test seam: ``run`` (how commands run) and ``kernel_log`` (a file
+kernel log's XID events (/dev/kmsg, else journalctl), each classified from NVIDIA's XID documentation, and the
+NVSwitches' SXid events on NVSwitch systems. What is made of it (refuse, warn) is gpu_gate.py's. The test seam: ``run`` (how commands run) and ``kernel_log`` (a file
 in /dev/kmsg's record format instead of the device)."""
 
 from __future__ import annotations
@@ -73,6 +73,12 @@ APPLICATION_XIDS = frozenset((13, 31, 43, 45, 68, 109))
 _RECOVERY_CHANGE = re.compile(r"recovery action changed from .*? to (0x[0-9a-fA-F]+) \(([^)]*)\)")
 # The driver's kernel log line: "NVRM: Xid (PCI:0000:9b:00): 79, pid=..., name=..., GPU has fallen off the bus."
 _XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)(?:\.[0-9A-Fa-f]+)?\): (\d+),?\s*(.*)")
+# An NVSwitch's error line (the NVSwitch driver's format, "nvidia-%s: SXid (PCI:%s): %05d, " then the text; real
+# lines quoted in leptonai/gpud's sxid component README): "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal,
+# Link 48 LTSSM Fault Up". Only a line whose text starts with Fatal or Non-fatal opens an event; the lines after it
+# ("Severity 1 Engine instance ...", "Data {...}") belong to it. A fatal SXid needs the fabric reset (Fabric Manager
+# User Guide, "NVSwitch Errors": the NVSwitches and GPUs reset, in practice a reboot).
+_SXID_LINE = re.compile(r"nvidia-(nvswitch\d+): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal),?\s*(.*)")
 KMSG = "/dev/kmsg"
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -249,6 +255,18 @@ def parse_xid(message: str) -> dict[str, Any] | None:
     return event
 
 
+def parse_sxid(message: str) -> dict[str, Any] | None:
+    """An NVSwitch SXid event from one kernel log message, in parse_xid's shape: the switch's bus id, the SXid (under
+    ``xid``, with ``sxid`` true), its class (a fatal one is a hardware fault, a non-fatal one is "non-fatal"), the
+    switch's name and the detail; None for any other line, a continuation line of an SXid's too."""
+    found = _SXID_LINE.search(message)
+    if not found:
+        return None
+    return {"bus_id": found.group(2).lower(), "xid": int(found.group(3)), "sxid": True, "switch": found.group(1),
+            "meaning": "NVSwitch %s error" % found.group(4).lower(),
+            "class": "hardware" if found.group(4) == "Fatal" else "non-fatal", "detail": found.group(5).strip()[:200]}
+
+
 def boot_time(proc: str = "/proc") -> float:
     """When the node booted (seconds since the epoch, /proc/stat's btime); kernel log times count from it."""
     try:
@@ -316,7 +334,8 @@ def kernel_xids(kernel_log: str = KMSG, since: float = 0.0, proc: str = "/proc",
         return _journal_xids(run, since, "%s: %s" % (kernel_log, exc.strerror or exc))
     for record in records:
         header, _sep, message = record.partition(";")
-        event = parse_xid(message.split("\n", 1)[0])
+        line = message.split("\n", 1)[0]
+        event = parse_xid(line) or parse_sxid(line)
         if event is None:
             continue
         try:
@@ -342,7 +361,7 @@ def _journal(run: Runner, args: list[str]) -> subprocess.CompletedProcess:
 def _journal_xids(run: Runner, since: float, why: str) -> tuple[list[dict[str, Any]], str]:
     """The XIDs of this boot from journald's kernel messages: where /dev/kmsg is not readable (not root)."""
     try:
-        done = _journal(run, ["--grep", "NVRM: Xid"])
+        done = _journal(run, ["--grep", "NVRM: Xid|SXid \\(PCI"])
         if done.returncode == 1 and not done.stdout.strip():
             last = _journal(run, ["-n", "1"])
             if last.returncode != 0 or not last.stdout.strip():
@@ -354,7 +373,7 @@ def _journal_xids(run: Runner, since: float, why: str) -> tuple[list[dict[str, A
         return [], "unreadable: %s; journalctl exit %d: %s" % (why, done.returncode, (done.stderr or "").strip()[-200:])
     events = []
     for line in done.stdout.splitlines():
-        event = parse_xid(line)
+        event = parse_xid(line) or parse_sxid(line)
         stamp = _number(line.split(" ", 1)[0])
         if event is not None and stamp is not None and stamp >= since:
             event["time"] = stamp

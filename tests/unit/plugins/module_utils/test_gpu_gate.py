@@ -251,3 +251,15 @@ def test_no_nvlink_up_on_a_node_with_nvlink_switches_is_a_refusal_not_no_nvlink(
         "node2: no NVLink link is up on any GPU, and the node has 4 NVLink switches (an NVSwitch or NVLink5 system): "
         "its fabric is down; check Fabric Manager (systemctl status nvidia-fabricmanager; /var/log/fabricmanager.log) "
         "and nvidia-smi nvlink --status, or reboot the node"]
+
+
+def test_a_fatal_nvswitch_sxid_refuses_naming_the_switch_and_a_non_fatal_one_does_not():
+    fatal = {"bus_id": "0000:06:00.0", "xid": 20034, "sxid": True, "switch": "nvswitch1", "class": "hardware",
+             "meaning": "NVSwitch fatal error", "detail": "Link 48 LTSSM Fault Up", "time": T0}
+    found = gpu_gate.findings(health(xids=[fatal, dict(fatal, time=T0 + 1)]), gpu_gate.GateSettings())
+    (refusal,) = messages(found)
+    assert refusal.startswith("node2 NVSwitch at 0000:06:00.0 (nvidia-nvswitch1): SXid 20034 (NVSwitch fatal error: "
+                              "Link 48 LTSSM Fault Up) 2 times, last at ")
+    assert "; reboot the node, which resets the NVSwitches and GPUs of its NVLink fabric; once it is fixed" in refusal
+    non_fatal = dict(fatal, xid=12028, **{"class": "non-fatal"})
+    assert gpu_gate.findings(health(xids=[non_fatal]), gpu_gate.GateSettings()) == []

@@ -215,6 +215,18 @@ def test_the_drivers_xid_lines_in_kmsg_records_are_read_with_their_times_and_cla
     assert events[0]["time"] == pytest.approx(1764000000 + 2345.678901)
 
 
+def test_nvswitch_sxids_are_read_beside_the_xids_and_only_fatal_ones_are_faults(tmp_path):
+    """A real HGX kernel log's lines (tests/fixtures/kmsg/handmade-sxids.txt): XID 79, then fatal SXids 20034 on three
+    NVSwitches with their continuation lines, and a non-fatal SXid."""
+    (tmp_path / "stat").write_text("btime 1764000000\n")
+    events, _source = gpu_health.kernel_xids(os.path.join(KMSG, "handmade-sxids.txt"), proc=str(tmp_path))
+    assert [(event["xid"], event.get("sxid", False), event["class"], event["bus_id"]) for event in events] == [
+        (79, False, "hardware", "0000:91:00"), (20034, True, "hardware", "0000:06:00.0"),
+        (20034, True, "hardware", "0000:05:00.0"), (20034, True, "hardware", "0000:07:00.0"),
+        (20034, True, "hardware", "0000:05:00.0"), (12028, True, "non-fatal", "0000:05:00.0")]
+    assert events[1]["switch"] == "nvswitch1" and events[1]["detail"] == "Link 48 LTSSM Fault Up"
+
+
 def test_an_unreadable_kernel_log_is_said():
     events, source = gpu_health.kernel_xids("/no/such/kmsg")
     assert events == [] and source.startswith("invalid: /no/such/kmsg: No such file or directory")
