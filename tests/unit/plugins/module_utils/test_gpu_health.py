@@ -122,6 +122,17 @@ def replay(name):
     return run
 
 
+def test_the_real_line_of_a_gpu_that_fell_off_the_bus_is_a_lost_gpu():
+    with open(os.path.join(SMI, "lost-gpu-unknown-error.txt")) as handle:
+        out = handle.read()
+
+    def run(cmd, **_kwargs):
+        return subprocess.CompletedProcess(cmd, 15, out, "")
+
+    assert gpu_health.query_gpus(run) == {"nvidia_smi": True, "gpus": [], "error": "",
+                                          "lost": [{"bus_id": "0000:91:00.0", "error": "Unknown Error"}]}
+
+
 def test_nvlink_of_a_real_a100_node_and_of_a_node_without_nvlink():
     states = gpu_health.nvlink_states(replay("nvlink-status-a100-8gpu.txt"))
     assert states == {str(gpu): {"up": 12, "down": []} for gpu in range(8)}
