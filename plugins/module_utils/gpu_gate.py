@@ -168,24 +168,29 @@ def _xids(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
             latest[key] = (event if event["time"] >= seen["time"] else seen, count + 1)
     found = []
     for (bus, _xid, _sxid), (event, count) in sorted(latest.items(), key=lambda item: item[1][0]["time"]):
-        gpu = None if event.get("sxid") else gpus.get(bus)
-        after = _utc(event["time"] + 1).isoformat()
-        action = event.get("action")
-        if event.get("sxid"):  # a fatal NVSwitch error: the fabric must be reset (Fabric Manager User Guide)
-            label = "NVSwitch at %s (nvidia-%s)" % (event["bus_id"], event.get("switch") or "nvswitch")
-            fact = "SXid %d (%s: %s)" % (event["xid"], event["meaning"], event.get("detail") or "no detail")
-            fix = "reboot the node, which resets the NVSwitches and GPUs of its NVLink fabric"
-        else:
-            label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
-            fact = "XID %d (%s)" % (event["xid"], "%s: %s" % (event["meaning"], action) if action else event["meaning"])
-            fix = recovery_fix(action, gpu["index"] if gpu else None) if action else (
-                RESET % gpu["index"] if gpu else "reboot the node")
+        label, fact, fix = _event_words(event, None if event.get("sxid") else gpus.get(bus))
         found.append(Finding(True, label, "%s%s, last at %s UTC, a hardware or driver fault, in the kernel log since "
                              "boot" % (fact, " %d times" % count if count > 1 else "",
                                        _utc(event["time"]).strftime("%Y-%m-%d %H:%M:%S")),
                              "%s; once it is fixed without a reboot, acknowledge it with %s: '%s' in the node's host "
-                             "variables" % (fix, ACK_VARIABLE, after)))
+                             "variables" % (fix, ACK_VARIABLE, _utc(event["time"] + 1).isoformat())))
     return found
+
+
+def _event_words(event: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """What a kernel-log fault is on (label), what it is and what to do: a fatal NVSwitch SXid needs the fabric reset
+    (Fabric Manager User Guide: the NVSwitches and GPUs reset, a reboot); an XID 154 the action it names; any other
+    XID a reset of its GPU, or a reboot where the GPU is not known."""
+    if event.get("sxid"):
+        return ("NVSwitch at %s (nvidia-%s)" % (event["bus_id"], event.get("switch") or "nvswitch"),
+                "SXid %d (%s: %s)" % (event["xid"], event["meaning"], event.get("detail") or "no detail"),
+                "reboot the node, which resets the NVSwitches and GPUs of its NVLink fabric")
+    label = gpu_label(gpu) if gpu else "GPU at %s" % gpu_health.short_bus(event["bus_id"])
+    index = int(gpu["index"]) if gpu else None
+    action = event.get("action")
+    if action:
+        return label, "XID %d (%s: %s)" % (event["xid"], event["meaning"], action), recovery_fix(action, index)
+    return label, "XID %d (%s)" % (event["xid"], event["meaning"]), RESET % index if gpu else "reboot the node"
 
 
 def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
@@ -277,7 +282,8 @@ def _kernel_log(health: Mapping[str, Any], settings: GateSettings) -> list[Findi
 
 def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     """Every finding on a node's GPUs, refusals first, in this order: GPUs missing or lost, GPUs in an error
-    state or with memory faults, GPUs held by other processes, XIDs, NVLink, DCGM's diagnostic; then the warnings."""
+    state, with memory faults, a recovery action or a fabric not trained, GPUs held by other processes, XIDs and
+    fatal SXids, NVLink, DCGM's diagnostic, the kernel log; then the warnings."""
     if not health.get("nvidia_smi"):
         if health.get("pci_gpus"):
             return [Finding(False, "", "%s on the PCI bus but nvidia-smi is not installed, so the job runs "
