@@ -135,11 +135,11 @@ def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):
     for rank in range(6):
         assert any("rank %d of world size 6" % rank in log for log in logs.values())
     for node in raw.nodes:
-        # The launch named the interface of each node's cluster address for Gloo and NCCL.
+        # The launch named the interface of each node's cluster address for Gloo and NCCL (for NCCL exactly: "=").
         launch = raw.host(node).file("/root/.gpufleet/jobs/train/launch.sh").content_string
         iface = raw.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", raw.addresses[node])
         assert 'GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"' % iface in launch, launch
-        assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-%s}"' % iface in launch
+        assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=%s}"' % iface in launch
 
 
 def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):
