@@ -247,8 +247,12 @@ def test_nccl_conf_names_the_interface_of_the_cluster_address(cluster, provision
         links = json.loads(host.check_output("ip -j addr show"))
         iface = next(link["ifname"] for link in links
                      if any(a.get("local") == cluster.addresses[node] for a in link.get("addr_info", [])))
-        assert re.search(r"^NCCL_SOCKET_IFNAME=%s$" % iface, host.file("/etc/nccl.conf").content_string, re.M)
-        assert "export GLOO_SOCKET_IFNAME=%s" % iface in host.file("/etc/gpufleet/nccl.env").content_string
+        conf = host.file("/etc/nccl.conf").content_string
+        # NCCL's "=": exactly this interface, not every one whose name starts so; Gloo takes the plain name.
+        assert re.search(r"^NCCL_SOCKET_IFNAME==%s$" % iface, conf, re.M), conf
+        assert "export GLOO_SOCKET_IFNAME=%s\n" % iface in host.file("/etc/gpufleet/nccl.env").content_string
+        # node1's fake HCA (testbed.FAKE_SYS): its active port, exactly; no line where a node has none.
+        assert ("NCCL_IB_HCA==mlx5_0:1\n" in conf) == (node == "node1") and conf.count("NCCL_IB_HCA") <= 1, conf
 
 
 def test_mpirun_with_the_generated_hostfile_reaches_all_nodes(cluster, provisioned):
