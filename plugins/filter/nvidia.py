@@ -52,8 +52,8 @@ description:
   - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
     C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string;
     C(wanted | dcgm_cuda_major(branch, node_driver, devices)) is the CUDA major whose DCGM build a node gets (when
-    empty, that of the node's own driver version where given, else of the branch: 13 on 580, 12 on 525 to 575; 12
-    where a GPU among the PCI device IDs is older than Turing, which CUDA 13 does not build for);
+    empty, that of the node's own driver version where given, else of the branch, so 13 on 580 and 12 on 525 to 575;
+    12 where a GPU among the PCI device IDs is older than Turing, which CUDA 13 does not build for);
     C(major | dcgm_package_names) and C(major | dcgm_packages(version, kind)) name DCGM's core and CUDA packages and
     their specifications at a version (apt with NVIDIA's epoch 1, any revision).
   - Versions are compared numerically.

@@ -8,8 +8,8 @@ supervisor (standard library, Python 3.8).
 What it reads: per GPU, nvidia-smi's --query-gpu fields below; the compute processes on the GPUs (with their
 user from /proc); NVLink link states (`nvidia-smi nvlink --status`, where a node has two GPUs or more); and the
 kernel log's XID events (/dev/kmsg, else journalctl), each classified from NVIDIA's XID documentation, and the
-NVSwitches' SXid events on NVSwitch systems. What is made of it (refuse, warn) is gpu_gate.py's. The test seam: ``run`` (how commands run) and ``kernel_log`` (a file
-in /dev/kmsg's record format instead of the device)."""
+NVSwitches' SXid events on NVSwitch systems. What is made of it (refuse, warn) is gpu_gate.py's. The test seam:
+``run`` (how commands run) and ``kernel_log`` (a file in /dev/kmsg's record format instead of the device)."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def node_cuda_major(wanted: Any, branch: Any, node_driver: Any = None, devices: 
     if wanted not in (None, ""):
         return cuda_major(wanted, branch)
     text = str(node_driver or "").strip()
-    major = driver_cuda_major(text.split(".")[0] if text else branch)
+    major = driver_cuda_major(text.split(".", maxsplit=1)[0] if text else branch)
     capabilities = [nvidia_hardware.gpu_model(device)["capability"] for device in devices or ()]
     if major >= 13 and any(c is not None and c < CUDA13_MIN_CAPABILITY for c in capabilities):
         return 12
