@@ -179,7 +179,12 @@ def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess
     A view of gpu_health.query_gpus, the one reader of nvidia-smi's GPU list: a GPU is a row that answers for its
     index (a lost GPU is not counted). The launch's default nproc_per_node (launch, node_probe), verify.yml's stack
     table (stack_facts) and the health gate count the same GPUs."""
-    gpus = gpu_health.query_gpus(run)["gpus"]
+    return gpu_summary(gpu_health.query_gpus(run))
+
+
+def gpu_summary(health: dict) -> dict:
+    """Count, models and driver version of the GPUs a gpu_health read (query_gpus, read) found answering."""
+    gpus = health.get("gpus") or []
     driver = next((gpu["driver"] for gpu in gpus if gpu.get("driver")), None)
     return {"count": len(gpus), "models": sorted({gpu["name"] for gpu in gpus if gpu.get("name")}), "driver": driver}
 

@@ -140,10 +140,10 @@ def main() -> None:
                        "kernel_log": {"type": "path", "default": gpu_health.KMSG}},
         supports_check_mode=True,
     )
-    gpus = nvidia_node.nvidia_smi_gpus()
     sys_root = module.params["sys_root"]
     peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
     health = nvidia_node.gpu_health_with_pci(module.params["kernel_log"], sys_root)
+    gpus = nvidia_node.gpu_summary(health)  # the same nvidia-smi read, not a second one
     module.exit_json(
         changed=False,
         gpu_health=health,
@@ -157,7 +157,7 @@ def main() -> None:
         if module.params["driver_packages"] else None,
         fabricmanager=nvidia_node.package_version(tuple(module.params["fabricmanager_packages"])),
         fabricmanager_state=nvidia_node.service_state("nvidia-fabricmanager"),
-        fabricmanager_needed=bool(nvidia_node.pci_nvswitches(sys_root) or nvidia_node.nvlink5_switch_devices(sys_root)),
+        fabricmanager_needed=health["fabric_switches"] > 0,
         persistence_mode=nvidia_node.persistence_mode(),
         peermem=peermem,
         gpudirect_rdma=nvidia_node.gpudirect_rdma(bool(netinfo.infiniband(sys_root)), peermem,
