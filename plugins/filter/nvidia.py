@@ -10,7 +10,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm, nvidia, nvidia_hardware, nvidia_packaging
+from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm, imex, nvidia, nvidia_hardware, nvidia_packaging
 
 DOCUMENTATION = r"""
 name: nvidia
@@ -27,6 +28,11 @@ description:
     toolkit's defaults without known GPUs); it fails naming the host when the toolkit cannot build for a GPU.
   - C(devices | needs_nvlsm(nvlink5_count)) says whether Fabric Manager there also needs the NVLink subnet manager
     (an NVLink5 system, or Blackwell data-center GPUs).
+  - C(devices | needs_imex) says whether a node's GPUs (PCI device IDs) are a multi-node NVLink system's (GB200 NVL
+    0x2941, GB300 NVL 0x31c2), whose trays need NVIDIA IMEX; C(branch | imex_packages) names IMEX's package for a
+    driver branch (none before 550); C(listed | imex_error(host, branch, inventory, domains, play_hosts)) says why a
+    node's C(nvidia_imex_nodes) cannot make its IMEX domain (hosts outside the inventory, the node left out, lists
+    that differ between the domain's nodes), or an empty string.
   - C(listing | versionlock_missing(names)) and C(listing | versionlock_stale(versions)) (a dict of package name to version) read
     C(dnf versionlock list) by exact package name; C(arch | el_openmpi_paths) is where EL's Open MPI lives;
     C(repolist | enabled_repo_ids) the repository ids of C(dnf repolist --enabled -q);
@@ -54,8 +60,9 @@ description:
     C(wanted | dcgm_cuda_major(branch, node_driver, devices)) is the CUDA major whose DCGM build a node gets (when
     empty, that of the node's own driver version where given, else of the branch, so 13 on 580 and 12 on 525 to 575;
     12 where a GPU among the PCI device IDs is older than Turing, which CUDA 13 does not build for);
-    C(major | dcgm_package_names) and C(major | dcgm_packages(version, kind)) name DCGM's core and CUDA packages and
-    their specifications at a version (apt with NVIDIA's epoch 1, any revision).
+    C(major | dcgm_package_names(proprietary)) and C(major | dcgm_packages(version, kind, proprietary)) name DCGM's
+    core and CUDA packages, with C(proprietary) (true by default) its proprietary modules' two packages, and their
+    specifications at a version (apt with NVIDIA's epoch 1, any revision).
   - Versions are compared numerically.
 options:
   _input:
@@ -116,6 +123,14 @@ def needs_nvlsm(devices: Any, nvlink5_count: Any) -> bool:
     return nvidia_hardware.needs_nvlsm(list(devices or []), int(nvlink5_count or 0))
 
 
+def needs_imex(devices: Any) -> bool:
+    return nvidia_node.multi_node_nvlink([str(device) for device in devices or []])
+
+
+def imex_error(listed: Any, host: Any, branch: Any, inventory: Any, domains: Any, play_hosts: Any) -> str:
+    return imex.refusal(str(host), branch, listed, list(inventory or []), dict(domains or {}), list(play_hosts or []))
+
+
 def dcgm_cuda_major(wanted: Any, branch: Any, node_driver: Any = None, devices: Any = ()) -> int:
     try:
         return dcgm.node_cuda_major(wanted, branch, node_driver, devices)
@@ -123,9 +138,9 @@ def dcgm_cuda_major(wanted: Any, branch: Any, node_driver: Any = None, devices: 
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def dcgm_packages(major: Any, version: Any, kind: Any) -> list[str]:
+def dcgm_packages(major: Any, version: Any, kind: Any, proprietary: Any = True) -> list[str]:
     try:
-        return dcgm.package_specs(major, version, str(kind))
+        return dcgm.package_specs(major, version, str(kind), proprietary)
     except nvidia.StackError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
@@ -142,7 +157,8 @@ class FilterModule:
         return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
                 "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision,
                 "open_modules_error": open_modules_error, "branch_flavor_error": branch_flavor_error,
-                "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm,
+                "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm, "needs_imex": needs_imex,
+                "imex_error": imex_error, "imex_packages": nvidia_packaging.imex_packages,
                 "versionlock_missing": nvidia_packaging.versionlock_missing,
                 "versionlock_stale": nvidia_packaging.versionlock_stale,
                 "el_openmpi_paths": nvidia_packaging.el_openmpi_paths,

@@ -218,6 +218,37 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     return found
 
 
+def _imex(health: Mapping[str, Any]) -> list[Finding]:
+    """IMEX on a multi-node NVLink node (GB200/GB300 NVL; nvidia_node.imex_state). Installed and not running refuses
+    (CUDA cannot share GPU memory across the NVLink domain, and NCCL goes between the trays over the network without
+    saying so), and so does running without an IMEX channel (CUDA's fabric-handle calls then fail with a permission
+    error; the driver creates none by default: open-gpu-kernel-modules nv-reg.h). Not installed (the nvidia_imex role
+    left out or turned off) and a node whose init is not systemd are warned of."""
+    imex = health.get("imex")
+    if not imex:
+        return []
+    if not imex.get("installed"):
+        return [Finding(False, "", "the GPUs are a multi-node NVLink system's (GB200/GB300 NVL) and NVIDIA IMEX is not "
+                        "installed: NCCL reaches the other trays over the network, not NVLink",
+                        "the job runs; provision the node with the nvidia_imex role (playbooks/provision.yml --tags "
+                        "nvidia_imex) for multi-node NVLink")]
+    state = imex.get("state") or "unknown"
+    if state == "no systemd":
+        return [Finding(False, "", "NVIDIA IMEX is installed but systemd is not this node's init, so whether it runs "
+                        "is not known", "the job runs; start nvidia-imex where the node's init runs it")]
+    if state != "active":
+        return [Finding(True, "", "NVIDIA IMEX is %s on a multi-node NVLink node (GB200/GB300 NVL): CUDA cannot share "
+                        "GPU memory across the NVLink domain, and NCCL would go between the trays over the network"
+                        % state, "start it (systemctl status nvidia-imex; its log /var/log/nvidia-imex.log; every node "
+                        "of the domain in /etc/nvidia-imex/nodes_config.cfg), or provision.yml --tags nvidia_imex")]
+    if not imex.get("channels"):
+        return [Finding(True, "", "NVIDIA IMEX runs but the node has no IMEX channel (/dev/nvidia-caps-imex-channels "
+                        "is empty): CUDA's fabric memory calls fail with a permission error",
+                        "provision.yml --tags nvidia_imex creates channel 0 (nvidia_imex_channel0), or create one as "
+                        "the IMEX guide's \"IMEX Channels\" shows")]
+    return []
+
+
 def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
     """DCGM's diagnostic (health_diag=1: dcgmi diag -r 1, gpufleet.cluster.dcgm_diag's result under ``dcgm``): a GPU
     that fails refuses, one DCGM only warns about is warned of (DCGM's text shown); so is a node without DCGM, or
@@ -283,7 +314,7 @@ def _kernel_log(health: Mapping[str, Any], settings: GateSettings) -> list[Findi
 def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
     """Every finding on a node's GPUs, refusals first, in this order: GPUs missing or lost, GPUs in an error
     state, with memory faults, a recovery action or a fabric not trained, GPUs held by other processes, XIDs and
-    fatal SXids, NVLink, DCGM's diagnostic, the kernel log; then the warnings."""
+    fatal SXids, NVLink, IMEX, DCGM's diagnostic, the kernel log; then the warnings."""
     if not health.get("nvidia_smi"):
         if health.get("pci_gpus"):
             return [Finding(False, "", "%s on the PCI bus but nvidia-smi is not installed, so the job runs "
@@ -298,7 +329,7 @@ def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]
     for gpu in health.get("gpus") or []:
         refusals += _gpu_state(gpu)
     refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
-    late = _dcgm(health) + _kernel_log(health, settings)
+    late = _imex(health) + _dcgm(health) + _kernel_log(health, settings)
     return refusals + [f for f in late if f.refuse] + _warnings(health) + [f for f in late if not f.refuse]
 
 

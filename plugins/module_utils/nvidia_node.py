@@ -164,13 +164,49 @@ def installed_driver(run: Callable[..., subprocess.CompletedProcess] = subproces
 
 def gpu_health_with_pci(kernel_log: str, sys_root: str = "/sys") -> dict:
     """The GPU health gate's read of the node (gpu_health.read) with ``pci_gpus``, the NVIDIA GPUs on its PCI bus
-    (what nvidia-smi should answer for), and ``fabric_switches``, the NVLink switches whose fabric the GPUs must join:
-    what node_probe and stack_facts return."""
+    (what nvidia-smi should answer for), ``fabric_switches``, the NVLink switches whose fabric the GPUs must join,
+    and ``imex``, the IMEX service where the GPUs are a multi-node NVLink system's (imex_state): what node_probe and
+    stack_facts return."""
     health = gpu_health.read(kernel_log)
-    health["pci_gpus"] = len(pci_gpus(sys_root))
+    gpus = pci_gpus(sys_root)
+    health["pci_gpus"] = len(gpus)
+    health["imex"] = imex_state(gpus)
     # An NVLink fabric the GPUs must join: NVSwitches on the PCI bus, or NVLink5 switch management ports.
     health["fabric_switches"] = len(pci_nvswitches(sys_root)) + len(nvlink5_switch_devices(sys_root))
     return health
+
+
+# The GPUs of multi-node NVLink systems (GB200 NVL, GB300 NVL), whose compute trays share GPU memory across the NVLink
+# domain through NVIDIA's IMEX service: the PCI device IDs DCGM's multi-node diagnostic supports (NVIDIA/DCGM,
+# modules/mndiag/DcgmMnDiagManager.cpp, m_supportedSkus at 72fa3fe: "2941" GB200 NVL, "31c2" GB300 NVL).
+MULTI_NODE_NVLINK_DEVICES = ("0x2941", "0x31c2")
+# What NVIDIA's IMEX package installs (IMEX guide, "Getting Started with IMEX": the daemon nvidia-imex, registered
+# as the systemd service nvidia-imex, and nvidia-imex-ctl).
+IMEX_SERVICE = "nvidia-imex"
+IMEX_DAEMON = "/usr/bin/nvidia-imex"
+
+
+def multi_node_nvlink(devices: list[str]) -> bool:
+    """Whether any of these PCI device IDs ("0x2941") is a multi-node NVLink system's GPU."""
+    return any(str(device).strip().lower() in MULTI_NODE_NVLINK_DEVICES for device in devices)
+
+
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
+
+
+def imex_state(gpus: list[dict[str, str]], daemon: str | None = None,
+               state: Callable[[str], str] | None = None, channels: str | None = None) -> dict | None:
+    """IMEX on a node whose GPUs (pci_gpus) are a multi-node NVLink system's: {"installed": whether its daemon is,
+    "state": `systemctl is-active nvidia-imex` (service_state), "not installed" without it, "channels": the IMEX
+    channels (/dev/nvidia-caps-imex-channels/channelN) there are; the driver creates none by default, and CUDA's
+    fabric-handle calls fail with a permission error without one (open-gpu-kernel-modules nv-reg.h)}; None
+    elsewhere."""
+    if not multi_node_nvlink([gpu.get("device", "") for gpu in gpus]):
+        return None
+    found = sorted(name for name in sysfs.entries(channels or IMEX_CHANNELS) if name.startswith("channel"))
+    if not os.path.exists(daemon or IMEX_DAEMON):
+        return {"installed": False, "state": "not installed", "channels": found}
+    return {"installed": True, "state": (state or service_state)(IMEX_SERVICE), "channels": found}
 
 
 def nvidia_smi_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict:

@@ -79,17 +79,30 @@ def check_version(version: Any) -> str:
     return text
 
 
-def package_names(major: Any) -> list[str]:
-    """The packages installed and held: DCGM's core and its build for the CUDA major."""
-    return ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda%d" % int(major)]
+# DCGM 4's proprietary modules (among them the profiling module, libdcgmmoduleprofiling, behind the DCGM_FI_PROF_*
+# metrics) come in datacenter-gpu-manager-4-proprietary and -proprietary-cuda<major>, which the CUDA build only
+# recommends: apt's recommends and dnf's weak dependencies pull them at their newest version, neither pinned nor held,
+# so they drift from the core. Azure's HPC images install the four at one version (Azure/azhpc-images,
+# components/install_dcgm.sh at 048132d: -cuda<N>, -core, -proprietary and -proprietary-cuda<N>, each =<version>).
+PROPRIETARY = ("datacenter-gpu-manager-4-proprietary", "datacenter-gpu-manager-4-proprietary-cuda%d")
 
 
-def package_specs(major: Any, version: Any, kind: str) -> list[str]:
+def package_names(major: Any, proprietary: Any = True) -> list[str]:
+    """The packages installed and held: DCGM's core, its build for the CUDA major, and (proprietary) its proprietary
+    modules for that major."""
+    number = int(major)
+    names = ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda%d" % number]
+    if str(proprietary).strip().lower() not in ("false", "no", "off", "0"):
+        names += [PROPRIETARY[0], PROPRIETARY[1] % number]
+    return names
+
+
+def package_specs(major: Any, version: Any, kind: str, proprietary: Any = True) -> list[str]:
     """package_names at version: apt 'name=1:4.5.2-*' (NVIDIA's epoch, any revision), dnf 'name-4.5.2'."""
     upstream = check_version(version)
     if kind == "dnf":
-        return ["%s-%s" % (name, upstream) for name in package_names(major)]
-    return ["%s=%s:%s-*" % (name, APT_EPOCH, upstream) for name in package_names(major)]
+        return ["%s-%s" % (name, upstream) for name in package_names(major, proprietary)]
+    return ["%s=%s:%s-*" % (name, APT_EPOCH, upstream) for name in package_names(major, proprietary)]
 
 
 def preflight_error(version: Any, wanted_major: Any, branch: Any) -> str:

@@ -79,6 +79,21 @@ def fabricmanager_packages(branch: object, kind: str) -> list[str]:
     return ["nvidia-fabricmanager-%d" % number, "libnvidia-nscq-%d" % number]
 
 
+# NVIDIA IMEX's package per driver branch, as NVIDIA's driver container installs it (NVIDIA/gpu-driver-container at
+# 06a208c: ubuntu22.04/precompiled/nvidia-driver imex_install, "nvidia-imex" from 580, "nvidia-imex-<branch>" from 550,
+# none before; rhel9/precompiled/Dockerfile: nvidia-imex-<version> from 580, nvidia-imex-<branch>-<version> from
+# 570), at the driver's version and held (apt-mark hold; dnf versionlock add on EL).
+IMEX_FIRST_BRANCH = 550
+
+
+def imex_packages(branch: object) -> list[str]:
+    """The name of NVIDIA IMEX's package for a driver branch (apt and dnf alike); none before branch 550."""
+    number = int(str(branch))
+    if number >= FABRICMANAGER_UNVERSIONED_FROM:
+        return ["nvidia-imex"]
+    return ["nvidia-imex-%d" % number] if number >= IMEX_FIRST_BRANCH else []
+
+
 def driver_version_packages(branch: object) -> list[str]:
     """The driver packages whose installed version is the driver's, first found first: the branch's metapackage of
     either flavor (nvidia-open-580, cuda-drivers-580), then the unversioned ones (NVIDIA's driver installation

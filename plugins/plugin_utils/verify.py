@@ -89,16 +89,18 @@ SERVICE_TITLES = {"fabricmanager": "Fabric Manager", "fabricmanager_state": "sta
 
 
 def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per node: Fabric Manager's version and state, persistence mode, and the path GPUDirect RDMA takes
-    (nvidia-peermem, DMA-BUF, or why neither; stack_facts decides it on the node)."""
-    header = ["node"] + [SERVICE_TITLES[f] for f in SERVICE_FIELDS]
+    """One line per node: Fabric Manager's version and state, persistence mode, the path GPUDirect RDMA takes
+    (nvidia-peermem, DMA-BUF, or why neither; stack_facts decides it on the node), and IMEX's state on multi-node
+    NVLink nodes (GB200/GB300 NVL; the health gate judges it)."""
+    header = ["node"] + [SERVICE_TITLES[f] for f in SERVICE_FIELDS] + ["IMEX"]
     rows = []
     for host, facts in results.items():
         rdma = facts.get("gpudirect_rdma") or ("peermem" if facts.get("peermem") else "-")
         cells = [_show(facts.get(f)) for f in SERVICE_FIELDS[:3]] + [rdma]
         if not facts.get("fabricmanager_needed") and not facts.get("fabricmanager"):
             cells[0:2] = ["not needed", "-"]
-        rows.append([host] + cells)
+        imex = (facts.get("gpu_health") or {}).get("imex")
+        rows.append([host] + cells + [imex.get("state") or "unknown" if imex else "not needed"])
     return _table(header, rows)
 
 

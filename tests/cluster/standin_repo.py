@@ -140,6 +140,42 @@ for _branch, _driver_revision, _drivers, _versions in (
         # libnvsdm at the driver's version (NVIDIA's gpu-driver-container nvsdm_install), for NVLink5 systems.
         PACKAGES.append(("libnvsdm" + _suffix, _version, {
             "/usr/share/gpufleet-standin/libnvsdm" + _suffix: _version + "\n"}))
+# NVIDIA IMEX at the driver's version (gpu-driver-container's imex_install: nvidia-imex from 580), each version
+# depending on that driver version as Fabric Manager's stand-in does. What the package holds is stand-in: NVIDIA's
+# packaged unit and config.cfg are not public. The unit is shaped as AWS ParallelCluster's nvidia-imex.service
+# (aws/aws-parallelcluster-cookbook, templates/nvidia-imex/nvidia-imex.service.erb: Type=forking,
+# ExecStart=/usr/bin/nvidia-imex -c <config.cfg>), and config.cfg carries only the settings the stand-in reads, at the
+# defaults that file documents (IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg, SERVER_PORT=50000). The
+# stand-in daemon refuses to start without a node list, records the list it started with, and leaves a process
+# named nvidia-imex.
+IMEX = """#!/bin/bash
+config=/etc/nvidia-imex/config.cfg
+[ "$1" = -c ] && config=$2
+nodes=$(sed -n 's/^IMEX_NODE_CONFIG_FILE=//p' "$config")
+if [ ! -s "${nodes:-/etc/nvidia-imex/nodes_config.cfg}" ]; then
+    echo "nvidia-imex stand-in: no node list in ${nodes:-/etc/nvidia-imex/nodes_config.cfg}" >&2; exit 1
+fi
+mkdir -p /run/gpufleet-standin
+cp "${nodes:-/etc/nvidia-imex/nodes_config.cfg}" /run/gpufleet-standin/nvidia-imex-nodes
+(exec -a nvidia-imex sleep infinity) > /dev/null 2>&1 &
+"""
+IMEX_UNIT = """[Unit]
+Description=NVIDIA IMEX service
+After=network-online.target
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg
+
+[Install]
+WantedBy=multi-user.target
+"""
+IMEX_CONFIG = "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\nSERVER_PORT=50000\n"
+for _version in ("580.95.05-1", "580.105.08-1"):
+    PACKAGES.append(("nvidia-imex", _version, {"/usr/bin/nvidia-imex": IMEX, "/lib/systemd/system/nvidia-imex.service":
+                                               IMEX_UNIT, "/etc/nvidia-imex/config.cfg": IMEX_CONFIG}))
+    EXTRAS[("nvidia-imex", _version)] = {
+        "Depends": " | ".join("%s (= %s)" % (driver, _version) for driver in ("nvidia-open", "cuda-drivers"))}
 # The NVLink subnet manager, which NVIDIA's repository carries for NVLink5 systems (gpu-driver-container install.sh,
 # nvlink5_pkgs_install: nvlsm with Debian's infiniband-diags); the stand-in's version is not one of NVIDIA's.
 PACKAGES.append(("nvlsm", "2025.01.0-gpufleet", {"/usr/share/gpufleet-standin/nvlsm": "nvlsm stand-in\n"}))
@@ -248,11 +284,20 @@ for _version in ("1:4.5.2-1", "1:4.5.3-1"):
     PACKAGES.append(("datacenter-gpu-manager-4-core", _version, {
         "/usr/bin/nv-hostengine": DCGM_HOSTENGINE, "/lib/systemd/system/nvidia-dcgm.service": DCGM_UNIT,
         "/usr/bin/dcgmi": DCGMI_SCRIPT, **DCGM_FILES}))
+    # DCGM's proprietary modules (the profiling module among them), which the CUDA build recommends: installing
+    # -cuda<N> with recommends brings them (SUSE Observability's and others' DCGM guides install it so, e.g. zypper
+    # --recommends datacenter-gpu-manager-4-cuda<N>). Which package of DCGM's carries the Recommends is not public;
+    # the stand-in puts it on the CUDA build, without a version, so an install that leaves them to apt gets the newest.
+    PACKAGES.append(("datacenter-gpu-manager-4-proprietary", _version, {
+        "/usr/lib/x86_64-linux-gnu/libdcgmmoduleprofiling.so.4": "stand-in profiling module %s\n" % _upstream}))
     for _major in ("12", "13"):
         PACKAGES.append(("datacenter-gpu-manager-4-cuda" + _major, _version, {
             "/usr/share/gpufleet-standin/datacenter-gpu-manager-4-cuda" + _major: _version + "\n"}))
         EXTRAS[("datacenter-gpu-manager-4-cuda" + _major, _version)] = {
-            "Depends": "datacenter-gpu-manager-4-core (= %s)" % _version}
+            "Depends": "datacenter-gpu-manager-4-core (= %s)" % _version,
+            "Recommends": "datacenter-gpu-manager-4-proprietary, datacenter-gpu-manager-4-proprietary-cuda" + _major}
+        PACKAGES.append(("datacenter-gpu-manager-4-proprietary-cuda" + _major, _version, {
+            "/usr/share/gpufleet-standin/datacenter-gpu-manager-4-proprietary-cuda" + _major: _version + "\n"}))
 
 # NVIDIA Container Toolkit's repository (its own, with its own key at <mirror>/gpgkey), as a stand-in: the four
 # packages at two versions, and an nvidia-ctk that prints a CDI specification naming the GPUs it finds under

@@ -9,6 +9,8 @@ scripts that record their arguments and leave a process named as the daemon (tes
 GPU, no NVSwitch and no NVIDIA software is involved.
 """
 
+import time
+
 import pytest
 
 import gpu_standin
@@ -62,7 +64,10 @@ def test_fabric_manager_and_persistence_run_under_systemd(systemd_node):
 
 
 DCGM = ("--tags", "nvidia_driver,nvidia_fabricmanager,dcgm", "-e", "dcgm_enabled=true")
-DCGM_PACKAGES = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13")
+# With the proprietary modules the CUDA build recommends (the stand-in repository has them at 4.5.3 too: left to apt's
+# recommends they would come at 4.5.3 and unheld).
+DCGM_PACKAGES = ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-proprietary",
+                 "datacenter-gpu-manager-4-proprietary-cuda13")
 
 
 def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_diagnostic(systemd_node):
@@ -212,3 +217,77 @@ def test_a_user_who_may_not_read_the_kernel_log_is_told_xids_were_not_checked(sy
     assert refused.rc != 0
     assert "%s: XIDs were not checked" % name in " ".join(refused.out.split()), refused.out[-4000:]
     assert host.run("test -e /home/%s/.gpufleet/jobs/xid-required" % user).rc != 0
+
+
+IMEX = ("--tags", "nvidia_driver,nvidia_imex")
+FAKE_GPU = testbed.FAKE_SYS_ROOT + "/bus/pci/devices/0000:18:00.0"
+FAKE_SWITCH = testbed.FAKE_SYS_ROOT + "/bus/pci/devices/0000:05:00.0"
+SWITCH_AWAY = testbed.FAKE_SYS_ROOT + "/.nvswitch-away"  # outside the PCI bus's folder, for the test's time
+
+
+def _active(host, unit: str, within: float = 60.0) -> str:
+    """systemctl is-active of a unit the role started without waiting for the start job, once it is active or
+    after `within` seconds (returning what systemd last said)."""
+    deadline = time.monotonic() + within
+    state = systemctl(host, "is-active", unit)
+    while state != "active" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = systemctl(host, "is-active", unit)
+    return state
+
+
+def test_imex_on_a_gb200_tray_installed_held_configured_running_and_the_gate_refuses_it_stopped(systemd_node):
+    """node6 made a GB200 NVL compute tray: its fake GPU's PCI device 0x2941 (the SKU DCGM's multi-node diagnostic
+    supports), and no NVSwitch on its PCI bus (a tray's switches are in the rack's switch trays). A node list naming
+    a host outside the inventory is refused before any change; then the nvidia_imex role on the stand-in repository
+    (nvidia-imex 580.95.05-1 and a newer 580.105.08-1 for a driver the repository lacks): the package at the driver's
+    version and held, nodes_config.cfg with the node's cluster address, channel 0's module option, the service
+    systemd runs started with that list, idempotence; then verify.yml through the health gate: running without an
+    IMEX channel fails, with one (a plain file standing for the driver's device node, which no container here can
+    have) passes, stopped fails naming the state. Stand-ins: the IMEX daemon and package, nvidia-smi, the GPU."""
+    node = systemd_node
+    name = node.nodes[0]
+    host = node.host(name)
+    assert host.run("echo 0x2941 > %s/device && mv %s %s" % (FAKE_GPU, FAKE_SWITCH, SWITCH_AWAY)).rc == 0
+    try:
+        outside = node.playbook("provision.yml", *IMEX, "-e", '{"nvidia_imex_nodes": ["%s", "rack2-tray9"]}' % name)
+        said = " ".join(outside.out.split())
+        assert outside.rc != 0
+        assert ("%s: nvidia_imex_nodes=['%s', 'rack2-tray9'] names rack2-tray9, not in the inventory" % (name, name)
+                in said), said[-3000:]
+        assert "nothing was changed" in said and not host.package("nvidia-imex").is_installed
+
+        first = node.playbook("provision.yml", *IMEX)
+        assert first.rc == 0, first.out[-4000:]
+        assert host.package("nvidia-imex").version == "580.95.05-1"  # the driver's, although 580.105.08-1 is newer
+        assert "nvidia-imex" in host.run("apt-mark showhold").stdout.split()
+        assert host.file("/etc/nvidia-imex/nodes_config.cfg").content_string == node.addresses[name] + "\n"
+        assert "options nvidia NVreg_CreateImexChannel0=1" in host.file(
+            "/etc/modprobe.d/gpufleet-imex.conf").content_string
+        assert "IMEX channel 0 is created when it loads" in " ".join(first.out.split())  # no driver in a container
+        assert _active(host, "nvidia-imex") == "active", host.run("systemctl status nvidia-imex").stdout
+        assert systemctl(host, "is-enabled", "nvidia-imex") == "enabled"
+        # The daemon systemd started read the role's node list.
+        assert host.file("/run/gpufleet-standin/nvidia-imex-nodes").content_string == node.addresses[name] + "\n"
+        again = node.playbook("provision.yml", *IMEX)
+        assert again.rc == 0 and again.recap()[name]["changed"] == 0, again.out[-4000:]
+
+        gpu_standin.install(name, {"gpus": [{}]})
+        no_channel = node.playbook("verify.yml", "--tags", "stack")
+        assert no_channel.rc != 0
+        assert "%s: NVIDIA IMEX runs but the node has no IMEX channel" % name in " ".join(no_channel.out.split()), \
+            no_channel.out[-4000:]
+        host.run("mkdir -p /dev/nvidia-caps-imex-channels && touch /dev/nvidia-caps-imex-channels/channel0")
+        passed = node.playbook("verify.yml", "--tags", "stack")
+        assert passed.rc == 0, passed.out[-4000:]
+        services = passed.out.split("NVIDIA services", 1)[1].splitlines()
+        assert any(line.startswith(name) and line.split()[-1] == "active" for line in services), services[:4]
+        assert host.run("systemctl stop nvidia-imex").rc == 0
+        stopped = node.playbook("verify.yml", "--tags", "stack")
+        assert stopped.rc != 0
+        assert ("%s: NVIDIA IMEX is inactive on a multi-node NVLink node (GB200/GB300 NVL)" % name
+                in " ".join(stopped.out.split())), stopped.out[-4000:]
+    finally:
+        gpu_standin.remove(name)
+        host.run("systemctl stop nvidia-imex; rm -rf /dev/nvidia-caps-imex-channels; echo 0x2330 > %s/device; "
+                 "mv %s %s" % (FAKE_GPU, SWITCH_AWAY, FAKE_SWITCH))

@@ -394,12 +394,15 @@ chmod 755 /usr/local/sbin/modprobe /usr/local/sbin/dkms
 FAKE_OFED = "printf '#!/bin/sh\\necho MLNX_OFED_LINUX-24.10-1.1.4.0:\\n' > /usr/local/bin/ofed_info; chmod 755 /usr/local/bin/ofed_info"
 
 
-def services_line(cluster, node):
+def services_row(cluster, node):
+    """verify.yml's NVIDIA services table, the node's row as {column title: cell}, cut where the table's dashes are."""
     run = cluster.playbook("verify.yml", "--limit", node)
     services = run.out.split("NVIDIA services", 1)[-1].splitlines() if "NVIDIA services" in run.out else []
-    found = [line.split() for line in services if line.split()[:1] == [node]]
+    assert len(services) > 3, run.out[-3000:]
+    spans = [match.span() for match in re.finditer(r"-+", services[2])]
+    found = [line for line in services[3:] if line.split()[:1] == [node]]
     assert found, run.out[-3000:]
-    return found[0]
+    return {services[1][start:end + 2].strip(): found[0][start:end + 2].strip() for start, end in spans}
 
 
 def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with_ofed(cluster, provisioned):
@@ -417,7 +420,7 @@ def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with
         assert "node1: GPUDirect RDMA through DMA-BUF" in " ".join(inbox.out.split())
         assert not host.file("/etc/modules-load.d/nvidia-peermem.conf").exists
         assert not host.file("/run/gpufleet-standin-modprobe").exists
-        assert services_line(cluster, "node1")[-1] == "DMA-BUF"
+        assert services_row(cluster, "node1")["GPUDirect RDMA"] == "DMA-BUF"
         cluster.node_exec("node1", "sh", "-c", FAKE_OFED, check=True)
         ofed = cluster.playbook("provision.yml", *args)
         assert ofed.rc == 0, ofed.out[-3000:]
@@ -431,7 +434,7 @@ def test_gpudirect_rdma_takes_dma_buf_on_the_inbox_stack_and_nvidia_peermem_with
         assert "node1: nvidia-peermem did not load" not in " ".join(ofed.out.split())  # the message, not the task
         again = cluster.playbook("provision.yml", *args)
         assert again.rc == 0 and again.recap()["node1"]["changed"] == 0, again.out[-3000:]
-        assert services_line(cluster, "node1")[-1] == "peermem"
+        assert services_row(cluster, "node1")["GPUDirect RDMA"] == "peermem"
     finally:
         cluster.node_exec("node1", "rm", "-rf", "/usr/local/sbin/modprobe", "/usr/local/sbin/dkms",
                           "/usr/local/bin/ofed_info", "/run/gpufleet-standin-modprobe",

@@ -58,7 +58,8 @@ def test_el_check_mode_says_which_locks_would_come_and_runs_no_dnf(tmp_path):
 
 
 @pytest.mark.parametrize("role_file", ["roles/nvidia_driver/tasks/install.yml",
-                                       "roles/nvidia_fabricmanager/tasks/install.yml", "roles/dcgm/tasks/install.yml",
+                                       "roles/nvidia_fabricmanager/tasks/install.yml", "roles/nvidia_imex/tasks/install.yml",
+                                       "roles/dcgm/tasks/install.yml",
                                        "roles/container_runtime/tasks/nvidia_toolkit.yml"])
 def test_a_pinned_el_install_goes_past_the_lock_it_moves(role_file):
     """A version change on EL installs past the lock of the installed version (apt's allow_change_held_packages),

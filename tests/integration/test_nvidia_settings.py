@@ -22,7 +22,12 @@ APT = {"driver_open": ["nvidia-open-580"], "driver_proprietary": ["cuda-drivers-
        # Fabric Manager at the driver's upstream version, whatever the revision (the driver's 580.95.05-0ubuntu1,
        # Fabric Manager's 580.95.05-1), under the unversioned names NVIDIA uses from 580 (gpu-driver-container).
        "fabricmanager": ["nvidia-fabricmanager=580.95.05-*", "libnvidia-nscq=580.95.05-*"],
-       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"]}
+       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"],
+       # IMEX at the driver's upstream version, unversioned from 580 (gpu-driver-container's imex_install).
+       "imex": ["nvidia-imex=580.95.05-*"], "imex_hold": ["nvidia-imex"],
+       # DCGM with the proprietary modules its CUDA build recommends, all at dcgm_version (held by the role).
+       "dcgm": ["datacenter-gpu-manager-4-core=1:4.5.2-*", "datacenter-gpu-manager-4-cuda13=1:4.5.2-*",
+                "datacenter-gpu-manager-4-proprietary=1:4.5.2-*", "datacenter-gpu-manager-4-proprietary-cuda13=1:4.5.2-*"]}
 APT_PINNED = dict(APT, driver_open=["nvidia-open"], driver_proprietary=["cuda-drivers"], driver_pinned=True,
                   driver_hold=["nvidia-driver-pinning-580", "nvidia-open"])
 DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvidia-driver:580-dkms"], "kind": "dnf",
@@ -32,7 +37,10 @@ DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvid
        "nccl": ["libnccl-2.26.2-1+cuda12.8", "libnccl-devel-2.26.2-1+cuda12.8"], "nccl_hold": ["libnccl", "libnccl-devel"],
        # By name from the stream the driver role enabled (its fm profile would be another stream to dnf).
        "fabricmanager": ["nvidia-fabricmanager-580.95.05", "libnvidia-nscq-580.95.05"],
-       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"]}
+       "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"],
+       "imex": ["nvidia-imex-580.95.05"], "imex_hold": ["nvidia-imex"],
+       "dcgm": ["datacenter-gpu-manager-4-core-4.5.2", "datacenter-gpu-manager-4-cuda13-4.5.2",
+                "datacenter-gpu-manager-4-proprietary-4.5.2", "datacenter-gpu-manager-4-proprietary-cuda13-4.5.2"]}
 # The running kernel's headers at its version (name-version-release.arch as uname -r gives it): EL 9's
 # kernel-devel-matched unversioned would install the newest kernel-core with it (test_el_nodes.py).
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
@@ -104,6 +112,17 @@ def test_fabric_manager_before_580_carries_the_branch_in_its_names(tmp_path, dis
     assert rendered["fabricmanager"] == expected and rendered["fabricmanager_hold"] == hold
 
 
+@pytest.mark.parametrize("distribution, major, expected", [
+    ("Ubuntu", "22", ["nvidia-imex-570=570.124.06-*"]),
+    ("Rocky", "9", ["nvidia-imex-570-570.124.06"]),  # rhel9/precompiled/Dockerfile: nvidia-imex-<branch>-<version>
+])
+def test_imex_before_580_carries_the_branch_in_its_name(tmp_path, distribution, major, expected):
+    rc, out, rendered = render(tmp_path, distribution, major, "x86_64", "-e", "target_branch=570",
+                               "-e", "target_driver_version=570.124.06-0ubuntu1")
+    assert rc == 0, out[-2000:]
+    assert rendered["imex"] == expected and rendered["imex_hold"] == ["nvidia-imex-570"]
+
+
 @pytest.mark.parametrize("distribution, major, arch, expected, hold", [
     ("Ubuntu", "24", "x86_64", ["nvidia-fabricmanager=580.95.05-*", "libnvidia-nscq=580.95.05-*", "libnvsdm=580.95.05-*"],
      ["nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm"]),
@@ -161,3 +180,9 @@ def test_dcgm_gets_the_build_for_the_driver_the_node_runs(tmp_path, extra, major
     rc, out, rendered = render(tmp_path, "Ubuntu", "22", "x86_64", "-e", json.dumps(extra))
     assert rc == 0, out[-2000:]
     assert rendered["dcgm_major"] == major
+
+
+def test_dcgm_without_its_proprietary_modules_names_only_the_core_and_cuda_build(tmp_path):
+    rc, out, rendered = render(tmp_path, "Ubuntu", "24", "x86_64", "-e", '{"target_dcgm_proprietary": false}')
+    assert rc == 0, out[-2000:]
+    assert rendered["dcgm"] == ["datacenter-gpu-manager-4-core=1:4.5.2-*", "datacenter-gpu-manager-4-cuda13=1:4.5.2-*"]

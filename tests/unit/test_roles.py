@@ -120,7 +120,7 @@ def test_provision_checks_the_spec_of_every_role_it_imports_and_imports_none_unc
 
 
 def test_provision_skips_only_roles_its_one_read_covers_and_each_of_them_whole():
-    """provision.yml's one read of each node after Fabric Manager covers _provision_read_roles, in the play's order
+    """provision.yml's one read of each node after Fabric Manager and IMEX covers _provision_read_roles, in the play's order
     (gpufleet.cluster.settled_roles skips a prefix of that list, so the order is the run's); each role names what the
     read asks for it (_<role>_ahead) and how it is found settled (_<role>_settled) in its vars. A covered role's tasks
     in main.yml that do the role's work are all behind the one check of _gpufleet_settled: a task of its own reads
@@ -136,10 +136,12 @@ def test_provision_skips_only_roles_its_one_read_covers_and_each_of_them_whole()
     in_play = [role for role in covered if role != "nvidia_repo"]
     assert in_play == [role for role in imported if role in in_play], (covered, imported)
     assert covered.index("nvidia_repo") == covered.index("cuda_toolkit") - 1, covered
-    assert imported.index(in_play[0]) == imported.index("nvidia_fabricmanager") + 1, "the read is after Fabric Manager"
+    assert imported.index(in_play[0]) == imported.index("nvidia_imex") + 1, "the read is after Fabric Manager and IMEX"
+    assert imported.index("nvidia_imex") == imported.index("nvidia_fabricmanager") + 1
     names = [task.get("name", "") for task in play["tasks"]]
     read = names.index("Read what the roles below would change on each node, at once")
-    assert names.index("Fabric Manager on NVSwitch and NVLink 5 systems") < read < names.index(
+    assert names.index("Fabric Manager on NVSwitch and NVLink 5 systems") < names.index(
+        "IMEX on multi-node NVLink trays (GB200/GB300 NVL)") < read < names.index(
         "GPUDirect RDMA (nvidia-peermem) where there is InfiniBand"), names
     for role in covered:
         variables = load(role, "vars", "main.yml")

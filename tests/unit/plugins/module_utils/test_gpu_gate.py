@@ -263,3 +263,28 @@ def test_a_fatal_nvswitch_sxid_refuses_naming_the_switch_and_a_non_fatal_one_doe
     assert "; reboot the node, which resets the NVSwitches and GPUs of its NVLink fabric; once it is fixed" in refusal
     non_fatal = dict(fatal, xid=12028, **{"class": "non-fatal"})
     assert gpu_gate.findings(health(xids=[non_fatal]), gpu_gate.GateSettings()) == []
+
+
+@pytest.mark.parametrize("imex, refuse, fact", [
+    (None, None, None),  # not a multi-node NVLink node
+    ({"installed": True, "state": "active", "channels": ["channel0"]}, None, None),
+    ({"installed": True, "state": "active", "channels": []}, True, "the node has no IMEX channel"),
+    ({"installed": True, "state": "failed"}, True, "NVIDIA IMEX is failed on a multi-node NVLink node"),
+    ({"installed": True, "state": "inactive"}, True, "NVIDIA IMEX is inactive on a multi-node NVLink node"),
+    ({"installed": False, "state": "not installed"}, False, "NVIDIA IMEX is not installed"),
+    ({"installed": True, "state": "no systemd"}, False, "systemd is not this node's init"),
+])
+def test_imex_on_a_gb200_node_refuses_when_installed_and_not_running(imex, refuse, fact):
+    """GB200/GB300 NVL trays share GPU memory across the NVLink domain through IMEX; without it NCCL falls back to
+    the network between trays with no error. Installed and not active refuses, naming the service and its log; not
+    installed (the role turned off) and a node without systemd only warn; running without an IMEX channel refuses
+    (the driver creates none by default, and CUDA's fabric-handle calls then fail with a permission error)."""
+    found = gpu_gate.findings(health(imex=imex), gpu_gate.GateSettings())
+    if refuse is None:
+        assert found == []
+        return
+    assert len(found) == 1 and found[0].refuse is refuse and fact in found[0].fact, found
+    if refuse and imex["state"] != "active":
+        assert "systemctl status nvidia-imex" in found[0].fix and "/var/log/nvidia-imex.log" in found[0].fix
+    if refuse and imex["state"] == "active":
+        assert "nvidia_imex_channel0" in found[0].fix

@@ -215,3 +215,37 @@ def test_the_gpudirect_rdma_path_peermem_dma_buf_or_why_neither(tmp_path):
     assert path(True, False, None, "6.8.0") == "no driver loaded"
     assert path(True, False, False, "6.8.0").startswith("none (DMA-BUF needs the open modules")
     assert path(True, False, True, "5.4.0-200-generic").startswith("none (DMA-BUF needs Linux 5.12")
+
+
+def test_imex_is_read_only_on_a_multi_node_nvlink_systems_gpus(tmp_path):
+    """GB200 NVL (0x2941) and GB300 NVL (0x31c2), the SKUs DCGM's multi-node diagnostic supports; an HGX B200
+    (0x2901) shares no memory across nodes and has no IMEX to read."""
+    asked = []
+
+    def state(name):
+        asked.append(name)
+        return "failed"
+
+    daemon, channels = tmp_path / "nvidia-imex", tmp_path / "nvidia-caps-imex-channels"
+    assert nvidia_node.imex_state([{"address": "0000:18:00.0", "device": "0x2901"}], str(daemon), state,
+                                  str(channels)) is None
+    gb200 = [{"address": "0009:01:00.0", "device": "0x2941"}]
+    assert nvidia_node.imex_state(gb200, str(daemon), state, str(channels)) == {
+        "installed": False, "state": "not installed", "channels": []}
+    assert asked == []
+    daemon.write_text("")
+    channels.mkdir()
+    (channels / "channel0").write_text("")
+    assert nvidia_node.imex_state(gb200, str(daemon), state, str(channels)) == {
+        "installed": True, "state": "failed", "channels": ["channel0"]}
+    assert nvidia_node.imex_state([{"device": "0x31C2"}], str(daemon), state, str(channels))["installed"] is True
+    assert asked == ["nvidia-imex", "nvidia-imex"]
+
+
+def test_the_health_read_carries_imex_from_the_same_pci_walk(tmp_path, monkeypatch):
+    pci(tmp_path, "0009:01:00.0", "0x10de", "0x030200", "0x2941")
+    monkeypatch.setattr(nvidia_node.gpu_health, "read", lambda _log: {"nvidia_smi": False})
+    monkeypatch.setattr(nvidia_node, "IMEX_DAEMON", str(tmp_path / "absent"))
+    monkeypatch.setattr(nvidia_node, "IMEX_CHANNELS", str(tmp_path / "absent"))
+    health = nvidia_node.gpu_health_with_pci("/dev/null", str(tmp_path))
+    assert health["pci_gpus"] == 1 and health["imex"] == {"installed": False, "state": "not installed", "channels": []}

@@ -23,11 +23,24 @@ def test_a_given_cuda_major_wins_and_one_dcgm_is_not_built_for_is_refused():
 
 
 def test_apt_specifications_carry_nvidias_epoch_and_any_revision_dnf_the_upstream_version():
-    assert dcgm.package_specs(13, "4.5.2", "apt") == ["datacenter-gpu-manager-4-core=1:4.5.2-*",
-                                                      "datacenter-gpu-manager-4-cuda13=1:4.5.2-*"]
-    assert dcgm.package_specs("12", "4.5.2", "dnf") == ["datacenter-gpu-manager-4-core-4.5.2",
-                                                       "datacenter-gpu-manager-4-cuda12-4.5.2"]
-    assert dcgm.package_names(12) == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
+    assert dcgm.package_specs(13, "4.5.2", "apt", False) == ["datacenter-gpu-manager-4-core=1:4.5.2-*",
+                                                             "datacenter-gpu-manager-4-cuda13=1:4.5.2-*"]
+    assert dcgm.package_specs("12", "4.5.2", "dnf", "false") == ["datacenter-gpu-manager-4-core-4.5.2",
+                                                                "datacenter-gpu-manager-4-cuda12-4.5.2"]
+    assert dcgm.package_names(12, False) == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]
+
+
+def test_the_proprietary_modules_the_cuda_build_recommends_are_pinned_and_held_with_it():
+    """datacenter-gpu-manager-4-cuda<N> recommends DCGM's proprietary modules: left to apt's recommends they come at
+    their newest version, unheld. Named with the rest (Azure/azhpc-images' install_dcgm.sh installs the four at one
+    version), they are at dcgm_version and held."""
+    assert dcgm.package_names(13) == ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13",
+                                      "datacenter-gpu-manager-4-proprietary",
+                                      "datacenter-gpu-manager-4-proprietary-cuda13"]
+    assert dcgm.package_specs(12, "4.5.2", "apt")[2:] == ["datacenter-gpu-manager-4-proprietary=1:4.5.2-*",
+                                                          "datacenter-gpu-manager-4-proprietary-cuda12=1:4.5.2-*"]
+    assert dcgm.package_specs(12, "4.5.2", "dnf")[2:] == ["datacenter-gpu-manager-4-proprietary-4.5.2",
+                                                          "datacenter-gpu-manager-4-proprietary-cuda12-4.5.2"]
 
 
 @pytest.mark.parametrize("version", ["3.3.9", "1:4.5.2-1", "4.5.2-1", "4.5", "", None])

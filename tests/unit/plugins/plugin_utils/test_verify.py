@@ -67,9 +67,24 @@ def test_fabric_manager_must_be_the_drivers_version_and_run_where_nvswitches_are
         "this node's init)",
         "n4: the node has NVSwitches, so CUDA needs Fabric Manager running, but it is not installed"]
     table = verify.services_table(results).splitlines()
-    assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "GPUDirect", "RDMA"]
-    assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "peermem"]
-    assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "DMA-BUF"]
+    assert table[0].split() == ["node", "Fabric", "Manager", "state", "persistence", "GPUDirect", "RDMA", "IMEX"]
+    assert table[2].split() == ["n0", "not", "needed", "-", "Enabled", "peermem", "not", "needed"]
+    assert table[3].split() == ["n1", "570.124.06-1", "active", "Enabled", "DMA-BUF", "not", "needed"]
+
+
+def test_the_services_table_shows_imex_on_a_multi_node_nvlink_node_and_the_gate_fails_it_when_stopped():
+    """A GB200 NVL tray (nvidia_node.imex_state) whose IMEX is installed and failed: the table shows the state, and
+    verify.yml fails the node through the health gate's refusal, which names the service and its log."""
+    gpus = [{"index": 0, "bus_id": "00000009:01:00.0", "name": "NVIDIA GB200"}]
+    results = {"gb1": {"fabricmanager_needed": False, "gpu_count": 1,
+                       "gpu_health": {"nvidia_smi": True, "pci_gpus": 1, "gpus": gpus, "kernel_log": "/dev/kmsg",
+                                      "imex": {"installed": True, "state": "failed", "channels": []}}}}
+    table = verify.services_table(results).splitlines()
+    assert table[2].split()[-1] == "failed"
+    findings = verify.health_findings(results, {}, {})
+    assert [(f.refuse, f.fact.split(":")[0]) for f in findings["gb1"]] == [
+        (True, "NVIDIA IMEX is failed on a multi-node NVLink node (GB200/GB300 NVL)")]
+    assert "systemctl status nvidia-imex" in findings["gb1"][0].fix
 
 
 def _diag(name):
