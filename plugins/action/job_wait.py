@@ -8,7 +8,7 @@ Every node of the job runs this task at the same time. Each polls its own node (
 plugin_utils/job_poll.py; the last read is gpufleet.cluster.job_status) until the node's part ends, says what
 changed, and returns the node's final state. It stops nothing because of another node: the job's one fail-fast
 authority is the nodes' supervisors, which hear each other's heartbeats and stop their parts by the gang's rules
-(module_utils/gang_rules.py), with the controller attached or not, with one fork per node or fewer. A node that
+(module_utils/_runtime/gang_rules.py), with the controller attached or not, with one fork per node or fewer. A node that
 stops answering the controller is reported unreachable; its peers' supervisors find it lost by its silence.
 
 Under Slurm (scheduler=slurm), a node's part is queued until Slurm starts the job; the progress node says Slurm's
@@ -30,7 +30,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import JobState, WAIT_ENDED_STATES
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import JobState, WAIT_ENDED_STATES
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, job_poll
 

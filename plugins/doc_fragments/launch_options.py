@@ -194,7 +194,7 @@ options:
         default: []
   health:
     description:
-      - How the node's supervisor watches the node's GPUs while the job runs (module_utils/gpu_watch.py).
+      - How the node's supervisor watches the node's GPUs while the job runs (module_utils/_runtime/gpu_watch.py).
     type: dict
     suboptions:
       sample_s:

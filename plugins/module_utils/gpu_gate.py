@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 RESET = "reset the GPU (nvidia-smi -r -i %d, with nothing running on it) or reboot the node"
 ACK_VARIABLE = "gpufleet_xids_acknowledged_before"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import read_json, signal_name
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import read_json, signal_name
 
 _ROOT_CAUSE_RE = re.compile(
     r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)"

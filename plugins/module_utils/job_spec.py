@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class JobSpec:
     scheduler: str = "ssh"
     slurm_node: str = ""
     slurm_job_id: str = ""
-    # With a container image (module_utils/containers.py): the engine (docker, podman), the image as the user named
+    # With a container image (module_utils/_runtime/containers.py): the engine (docker, podman), the image as the user named
     # it and its ID (which every node holds; the container runs the ID, so a tag moved meanwhile changes nothing),
     # whether it gets the node's GPUs, and the user's volumes, ulimits and engine arguments. The container's name
     # comes from the run (containers.container_name).

@@ -26,7 +26,7 @@ import sys
 import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     end_run,
     read_json,
     run_processes,
@@ -35,7 +35,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     write_atomic,
     write_json_atomic,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     ACTIVE_STATES,
     ENDED_STATES,
     EXIT_CODE_FILE,
@@ -50,9 +50,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     stop_request,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import DUMP_TIMEOUT_S
-from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import TASK_FILES, scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import DUMP_TIMEOUT_S
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import TASK_FILES, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,
     render_env_file,

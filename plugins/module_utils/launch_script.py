@@ -19,7 +19,7 @@ import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import runtime_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A Linux interface name as the kernel allows it in practice (no spaces, quotes or slashes).

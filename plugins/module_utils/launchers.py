@@ -28,8 +28,8 @@ import os
 import re
 import shlex
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RANK_OUTPUT_DIR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 HOSTFILE = "hostfile"

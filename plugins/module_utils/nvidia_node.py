@@ -11,7 +11,8 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health, sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 NVIDIA_VENDOR = "0x10de"
 DISPLAY_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches (0x0680) are not GPUs

@@ -27,7 +27,7 @@ import struct
 import tempfile
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import bind_own_address
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import bind_own_address
 
 try:
     from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple

@@ -133,13 +133,8 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import (
-    job_processes,
-    jobs,
-    launch_options,
-    nvidia_node,
-    supervisor_bundle,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launch_options, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 
 

@@ -102,7 +102,7 @@ gpu_count:
   sample: 8
 gpu_health:
   description:
-    - With O(gpu_health), what the gate reads (module_utils/gpu_health.py) - C(nvidia_smi) (whether it is installed),
+    - With O(gpu_health), what the gate reads (module_utils/_runtime/gpu_health.py) - C(nvidia_smi) (whether it is installed),
       C(gpus) (one dict per GPU that answers), C(lost) (GPUs it cannot reach), C(processes), C(nvlink), C(xids)
       (the kernel log's since boot, each with its C(time) and C(class)), C(kernel_log) (where they were read) and
       C(pci_gpus) (NVIDIA GPUs on the PCI bus). Without, empty.
@@ -170,15 +170,8 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import (
-    free_ports,
-    gpu_health,
-    jobs,
-    netinfo,
-    node,
-    nvidia_node,
-    runtimes,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports, gpu_health, runtimes
 
 
 def main() -> None:

@@ -59,7 +59,7 @@ EXAMPLES = r"""
 RETURN = r"""
 gpu_health:
   description:
-    - The node's GPU health as train.yml's gate reads it (module_utils/gpu_health.py; the same keys as
+    - The node's GPU health as train.yml's gate reads it (module_utils/_runtime/gpu_health.py; the same keys as
       M(gpufleet.cluster.node_probe)'s C(gpu_health)).
   returned: always
   type: dict
@@ -126,7 +126,8 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health, netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import tarfile
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
 
 PULL_POLICIES = ("missing", "always", "never")

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What the nodes' GPU samples say of a job, on the controller: the nodes' gpus.csv (module_utils/gpu_watch.py,
+"""What the nodes' GPU samples say of a job, on the controller: the nodes' gpus.csv (module_utils/_runtime/gpu_watch.py,
 fetched as logs/<job>/<node>.gpus.csv) read into one line per node (mean utilisation, peak memory, maximum
 temperature, seconds the clocks were held down and why, the node's new XID), the likely stragglers, and
 logs/<job>/gpus.png: utilisation and memory over time, one line per node, XIDs marked."""
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 PICTURE = "gpus.png"
 # A node is a likely straggler when its clocks were held down for this share of its sampled time or more...

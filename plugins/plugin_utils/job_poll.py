@@ -20,10 +20,10 @@ import json
 import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_logs import split_tail
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import supervisor_alive
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import LOG_FILE, SPEC_FILE, STATE_FILE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import supervisor_alive
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import LOG_FILE, SPEC_FILE, STATE_FILE
 from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import state_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils.slurm_jobs import parse_job, settle
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.slurm_jobs import parse_job, settle
 
 MARK = "\n@@gpufleet-poll "
 LOG_BYTES = 8192  # of the log's end: its last line is the wait's progress line

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate, runtimes, schedulers
+from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import runtimes, schedulers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
 
 

@@ -10,7 +10,7 @@ script that runs it. Pure functions; no Ansible imports.
   one per rank; GPUs: Gres) before anything is submitted;
 - ``batch_script()`` writes the sbatch script: every node of the group, one task per node, GPUs per node; when
   Slurm starts it, a first step on node_rank 0 chooses the master port (and the relaunch ports) there and then,
-  and the job's step runs each node's ``slurm_task.sh`` (module_utils/slurm_jobs.py) with ``--kill-on-bad-exit``.
+  and the job's step runs each node's ``slurm_task.sh`` (module_utils/_runtime/slurm_jobs.py) with ``--kill-on-bad-exit``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Which rank a hung job is stuck in, from every rank's stack (taken on the nodes by module_utils/rank_stacks.py).
+"""Which rank a hung job is stuck in, from every rank's stack (taken on the nodes by module_utils/_runtime/rank_stacks.py).
 
 In a hang, typically every rank but one waits in the same collective and the odd one is elsewhere (a data loader,
 a checkpoint write, an uneven branch). The ranks are grouped by where they are: the innermost frame of the main

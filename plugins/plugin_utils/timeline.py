@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One timeline of a job: every node's supervisor events (module_utils/job_events.py) in time order.
+"""One timeline of a job: every node's supervisor events (module_utils/_runtime/job_events.py) in time order.
 
 Each node stamps its events with its own wall clock, and clocks of servers differ (by milliseconds with NTP, by
 seconds without). Node 0's supervisor measured, from the heartbeats, how far each peer's clock is behind its own plus

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 
 TERMINAL = ENDED_STATES
 from hostview import wait_until

@@ -6,7 +6,7 @@ into one JSON document for tests/fixtures (each entry: argv, stdout, stderr, exi
 
 It changes nothing on the machine: nvidia-smi queries, `dcgmi diag -r 1 -j` where DCGM is installed (level 1 does
 not load the GPUs), journalctl -k as this user and as `nobody`, the first records and the NVIDIA driver's lines of
-/dev/kmsg where this user may read it. The queries are the readers' own (plugins/module_utils/gpu_health.py
+/dev/kmsg where this user may read it. The queries are the readers' own (plugins/module_utils/_runtime/gpu_health.py
 HEALTH_FIELDS), so a capture is what the reader gets on that GPU. Copy what a test needs into the tool's folder under
 tests/fixtures with its source (the GPU, the driver, the date) in that folder's README.
 """

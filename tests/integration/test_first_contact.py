@@ -146,7 +146,7 @@ def test_pip_install_puts_the_collection_where_ansible_finds_it(installed):
                           capture_output=True, text=True, check=True).stdout.strip()
     root = os.path.join(site, "ansible_collections", "gpufleet", "cluster")
     for part in ("galaxy.yml", "LICENSE", "meta/runtime.yml", "playbooks/train.yml", "roles/job/tasks/train.yml",
-                 "plugins/modules/launch.py", "plugins/module_utils/supervisor.py"):
+                 "plugins/modules/launch.py", "plugins/module_utils/_runtime/supervisor.py"):
         assert os.path.isfile(os.path.join(root, part)), part
     assert not os.path.exists(os.path.join(root, "setup.py"))
     listed = subprocess.run([str(installed / "bin" / "ansible-galaxy"), "collection", "list", "gpufleet.cluster"],

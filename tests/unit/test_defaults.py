@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launch_options
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LAST_DEFAULT = re.compile(r"default\(([^()]*)\)\s*\)*\s*}}\s*$")

@@ -25,12 +25,12 @@ CONTAINER_BRANCH = re.compile(
 
 # The strategies: what differs between the modes is written here, and only here.
 SLURM_STRATEGY = {
-    "plugins/module_utils/schedulers.py", "plugins/module_utils/slurm_jobs.py", "plugins/plugin_utils/slurm_batch.py",
+    "plugins/module_utils/_runtime/schedulers.py", "plugins/module_utils/_runtime/slurm_jobs.py", "plugins/plugin_utils/slurm_batch.py",
     "plugins/filter/slurm_job.py", "roles/job/tasks/train/launch_slurm.yml", "roles/job/tasks/train/slurm_preflight.yml",
     "roles/job/tasks/train/slurm_drain.yml",
 }
 CONTAINER_STRATEGY = {
-    "plugins/module_utils/runtimes.py", "plugins/module_utils/containers.py",
+    "plugins/module_utils/_runtime/runtimes.py", "plugins/module_utils/_runtime/containers.py",
     "plugins/plugin_utils/container_images.py", "plugins/filter/container_image.py",
     "roles/job/tasks/train/image.yml",
 }
@@ -94,8 +94,8 @@ def test_a_container_is_tested_only_in_the_runtime_strategy_and_the_places_liste
     # node_plan asks the runtime (runs_node_python), the supervisor, the status and the stop ask runtime_of(), the
     # probe asks runtime_for() what to probe; the planner asks container_images.job_container() whether there is an
     # image, and the role hands the probe the plan's image_lookup and the launch node_container()'s result.
-    for asks in ("plugins/plugin_utils/node_plan.py", "plugins/module_utils/supervisor.py",
-                 "plugins/module_utils/jobs.py", "plugins/module_utils/attempt.py", "plugins/modules/node_probe.py",
+    for asks in ("plugins/plugin_utils/node_plan.py", "plugins/module_utils/_runtime/supervisor.py",
+                 "plugins/module_utils/jobs.py", "plugins/module_utils/_runtime/attempt.py", "plugins/modules/node_probe.py",
                  "plugins/action/job_plan.py", "roles/job/tasks/train/preflight.yml",
                  "roles/job/tasks/train/launch_node.yml", "roles/job/vars/main.yml"):
         assert asks not in found, found[asks]

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     ACTIVE_STATES,
     ENDED_STATES,
     FAILURE_STATES,
@@ -98,14 +98,14 @@ def test_the_job_roles_jobs_folder_default_is_the_supervisions():
     """The one default the role must spell out itself (a role cannot import Python) agrees with Defaults."""
     import yaml
 
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import Defaults
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
 
     defaults = yaml.safe_load(open(os.path.join(PLUGINS, "..", "roles", "job", "defaults", "main.yml")))
     assert defaults["job_jobs_dir"] == "{{ gpufleet_jobs_dir | default('%s') }}" % Defaults.JOBS_DIR
 
 
 def test_a_stop_request_carries_its_reason_and_the_node_it_is_for():
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import read_stop_request, stop_request
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import read_stop_request, stop_request
     assert read_stop_request(stop_request("stopped by gpufleet: node0 failed", "node0")) == (
         "stopped by gpufleet: node0 failed", "node0", False)
     assert read_stop_request(stop_request("stopped from the stop playbook")) == ("stopped from the stop playbook", None, False)

@@ -1,4 +1,4 @@
-"""A node's part in a container (module_utils/containers.py): the engine command launch.sh runs, what reaches the
+"""A node's part in a container (module_utils/_runtime/containers.py): the engine command launch.sh runs, what reaches the
 inside, and the engine commands that end a container.
 
 launch.sh is rendered and run with the real bash. The engine is a stand-in at a path (docker or podman by its
@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,

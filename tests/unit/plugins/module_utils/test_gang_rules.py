@@ -1,11 +1,11 @@
-"""The gang's rules (module_utils/gang_rules.py) as pure decisions, without sockets or processes; the supervisors
+"""The gang's rules (module_utils/_runtime/gang_rules.py) as pure decisions, without sockets or processes; the supervisors
 that apply them on real heartbeats are tested in test_supervisor.py and on the container cluster."""
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gang_rules
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import LoneNode
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import HeartbeatPhase, JobState, StopReason
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gang_rules
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState, StopReason
 
 PEER_FAILED = StopReason(JobState.STOPPED, "stopped by gpufleet: node1 (node_rank 1) failed with exit code 1", "node1")
 USER_STOP = StopReason(JobState.STOPPED, "stopped by SIGTERM", None)
@@ -75,7 +75,7 @@ def test_a_lone_node_has_no_gang_to_fail_or_lose():
 def test_a_peer_failing_now_is_described_by_its_reason():
     """A node whose GPU raised a hardware XID tells the others while its part is still ending (gpu_watch.py): its
     heartbeat carries the outcome and the reason, and no exit code yet."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import describe
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import describe
 
     failing = {"attempt": 1, "phase": HeartbeatPhase.RUNNING, "outcome": JobState.FAILED, "exit_code": None,
                "reason": "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"}

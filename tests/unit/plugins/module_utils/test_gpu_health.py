@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_health
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "..", "..", "..", "cluster", "scripts", "nvidia_smi_standin.py")

@@ -10,7 +10,7 @@ import time
 import pytest
 from waiting import wait_for
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_watch
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_watch
 
 def test_samples_go_into_the_csv_one_row_per_gpu(tmp_path, gpus_on_path):
     del gpus_on_path

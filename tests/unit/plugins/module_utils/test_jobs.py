@@ -14,14 +14,14 @@ import uuid
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     proc_start_ticks,
     read_json,
     run_processes,
     run_token,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 

@@ -1,10 +1,10 @@
-"""DeepSpeed's ranks' files followed into the node's log, tagged (module_utils/rank_output.py), without a launcher:
+"""DeepSpeed's ranks' files followed into the node's log, tagged (module_utils/_runtime/rank_output.py), without a launcher:
 the files are written here as deepspeed/launcher/launch.py names them. The whole path with DeepSpeed's own launcher
 is tests/cluster/test_cluster_launchers.py."""
 
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RANK_OUTPUT_DIR, RankOutput, first_rank
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR, RankOutput, first_rank
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import rank_of
 
 NODES = [["node0", "192.0.2.10"], ["node1", "192.0.2.11"], ["node2", "192.0.2.12"]]

@@ -1,4 +1,4 @@
-"""Every rank's stack on a hang (module_utils/rank_stacks.py): real Python processes read by the real py-spy (the
+"""Every rank's stack on a hang (module_utils/_runtime/rank_stacks.py): real Python processes read by the real py-spy (the
 venv's, pinned as python_env pins it), found by their run token by the supervisor's rank watch. What this does not
 check: ranks of torchrun on several nodes (tests/cluster/test_hang_stacks.py does), a node where ptrace is refused
 (its wording is checked with a py-spy stand-in that answers as py-spy does)."""
@@ -11,8 +11,8 @@ import uuid
 import pytest
 from waiting import wait_for
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import rank_stacks
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import TOKEN_VAR, RankWatch
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import rank_stacks
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import TOKEN_VAR, RankWatch
 
 # A token unique to this test session: two sessions on one machine must not read each other's "ranks".
 TOKEN = "t-%s.0" % uuid.uuid4().hex[:8]

@@ -1,4 +1,4 @@
-"""The runtimes on the node's side (module_utils/runtimes.py): the host and a container image, chosen once from the
+"""The runtimes on the node's side (module_utils/_runtime/runtimes.py): the host and a container image, chosen once from the
 job's spec; and that nothing else in module_utils looks at the container settings.
 
 No engine runs here: the container runtime's engine calls are replaced by recorders (test_container_launch.py runs
@@ -7,7 +7,7 @@ a stand-in engine, tests/cluster/test_containers.py real Podman)."""
 import glob
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers, runtimes
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers, runtimes
 
 IMAGE_ID = "sha256:" + "ab" * 32
 SPEC = {"job": "j", "node_rank": 1, "run_id": "0123456789abcdef", "container_engine": "podman",

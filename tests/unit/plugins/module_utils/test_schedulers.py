@@ -1,4 +1,4 @@
-"""The schedulers on the node's side (module_utils/schedulers.py): what ssh and Slurm each do for the launch, the
+"""The schedulers on the node's side (module_utils/_runtime/schedulers.py): what ssh and Slurm each do for the launch, the
 stop and the supervisor, and that nothing else in module_utils branches on a scheduler's name.
 
 Slurm itself is not run here (scancel is replaced by a recorder); tests/cluster/test_slurm.py runs the real one."""
@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import schedulers, slurm_jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import PORTS_VAR, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers, slurm_jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import PORTS_VAR, JobState
 
 SPEC = {"job": "j", "node_rank": 1, "master_port": 29500, "restart_ports": [29501, 29502], "slurm_node": "gpu-b",
         "slurm_job_id": "42", "scheduler": "slurm"}

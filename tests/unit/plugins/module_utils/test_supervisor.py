@@ -18,15 +18,15 @@ import uuid
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import gang_failure, LoneNode, sign, verify
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import gang_failure, LoneNode, sign, verify
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     run_processes,
     run_token,
     supervisor_alive,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.report import failure_message
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for
 

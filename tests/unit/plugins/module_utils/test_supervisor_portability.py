@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import supervisor_bundle
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 
 VERMIN = os.path.join(os.path.dirname(sys.executable), "vermin")
 
@@ -70,9 +70,12 @@ def test_the_shipped_file_runs_alone(shipped, tmp_path):
     picked = subprocess.run([sys.executable, "-I", str(shipped), "--pick-ports", "3"], capture_output=True, text=True,
                             cwd=tmp_path, check=True).stdout.strip().split(",")
     assert len(set(picked)) == 3 and all(29500 <= int(port) <= 29999 for port in picked), picked
-    assert [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.PARTS] == [
-        "job_states", "job_events", "job_processes", "free_ports", "slurm_jobs", "schedulers", "containers", "runtimes", "gang",
-        "gang_rules", "gpu_health", "gpu_watch", "rank_output", "rank_stacks", "spares", "attempt", "supervisor"]
+    # Each part after the parts it imports (supervisor_bundle.parts, derived from the imports), supervisor.py last.
+    parts = supervisor_bundle.parts()
+    for index, part in enumerate(parts):
+        before = {earlier.__name__ for earlier in parts[:index]}
+        assert set(supervisor_bundle.part_imports(part)) <= before, part.__name__
+    assert parts[-1].__name__.endswith("._runtime.supervisor")
 
 
 def _defined(source: str) -> set:
@@ -91,7 +94,7 @@ def _defined(source: str) -> set:
 def test_no_two_parts_of_the_shipped_file_define_one_name():
     """In the one file, a later part's name would silently replace an earlier part's."""
     owners = {}
-    for part in supervisor_bundle.PARTS:
+    for part in supervisor_bundle.parts():
         for name in _defined(inspect.getsource(part)):
             owners.setdefault(name, []).append(part.__name__.rsplit(".", 1)[-1])
     assert {name: parts for name, parts in owners.items() if len(parts) > 1} == {}

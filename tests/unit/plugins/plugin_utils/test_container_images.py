@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import containers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.filter import container_image
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images, report
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError

@@ -4,7 +4,7 @@ The CSVs are written here in gpu_watch.py's columns (its own tests check that it
 import csv
 import struct
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import SAMPLE_COLUMNS
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import SAMPLE_COLUMNS
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import gpu_report
 
 XID = "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"

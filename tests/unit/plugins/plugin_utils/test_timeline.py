@@ -33,7 +33,7 @@ def test_a_node_node_0_never_heard_keeps_its_clock_and_the_header_says_so():
 
 
 def test_a_node_s_events_are_kept_with_their_time_and_the_latest_when_many():
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import job_events
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_events
 
     state = {}
     events = job_events.Events(state)

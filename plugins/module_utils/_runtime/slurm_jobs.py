@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import SINGLE_ENTRY, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY, JobState
 
 TASK_FILE = "slurm_task.sh"
 # Slurm job states after which nothing of the job runs any more (squeue(1), JOB STATE CODES).

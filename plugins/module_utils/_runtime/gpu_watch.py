@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import (
     _INVALID_FIELD,
     FIELD_ALIASES,
     _gpu_row,

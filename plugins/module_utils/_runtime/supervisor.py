@@ -20,7 +20,7 @@ supervisor.py JOB_DIR``. It then:
   (``hang_timeout_s``), and which attempt each node is in, so that with ``max_restarts`` the whole gang is launched
   again together (after a failure or a hang; gang_rules.restart_decision), on the next of ``restart_ports``.
 
-Under Slurm (scheduler=slurm; module_utils/slurm_jobs.py) srun starts it in the foreground, as the step's task on
+Under Slurm (scheduler=slurm; module_utils/_runtime/slurm_jobs.py) srun starts it in the foreground, as the step's task on
 the node, and the master port and the relaunch ports come from ``GPUFLEET_PORTS``, chosen on node 0 when the
 allocation started (``supervisor.py --pick-ports N`` prints them).
 
@@ -38,25 +38,25 @@ import sys
 import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
-from ansible_collections.gpufleet.cluster.plugins.module_utils.attempt import Attempt
-from ansible_collections.gpufleet.cluster.plugins.module_utils.free_ports import pick_free_ports
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, lost_at
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_health import KMSG
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gpu_watch import GpuWatch
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_events import Events
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_output import RankOutput
-from ansible_collections.gpufleet.cluster.plugins.module_utils.rank_stacks import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_free_ports
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe, lost_at
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spares import replace_nodes, spare_view, stand_by, unused
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import replace_nodes, spare_view, stand_by, unused
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
     attempt_verdict, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     EXIT_CODE_FILE, GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STATE_FILE, STOP_REQUEST_FILE, STOPPED_FOR,
     Defaults, HeartbeatPhase, JobState, PartOutcome, StopReason, read_stop_request)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime, runtime_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime, runtime_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
 
 # Seconds between the three final heartbeats a supervisor sends before it exits.
 FAREWELL_GAP_S = 0.05

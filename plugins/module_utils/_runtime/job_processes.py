@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import TOKEN_VAR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import TOKEN_VAR
 
 _PR_SET_PDEATHSIG = 1
 

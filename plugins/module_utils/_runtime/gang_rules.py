@@ -15,8 +15,8 @@ from __future__ import annotations
 import collections
 from typing import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe, gang_failure
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe, gang_failure
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     STOPPED_FOR,
     HeartbeatPhase,
     JobState,

@@ -16,7 +16,7 @@ import select
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     Defaults,
     GANG_FAILURE_STATES,
     HeartbeatPhase,

@@ -24,7 +24,7 @@ import subprocess
 import time
 from typing import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import write_atomic
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import write_atomic
 
 STACKS_FILE = "stacks.txt"
 # How long the dumps may take together; py-spy reads a rank in well under a second.

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import SpareView
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import HeartbeatPhase, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
 
 
 class SpareHost(Protocol):

@@ -20,9 +20,9 @@ import subprocess
 import time
 from typing import Protocol
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang import Gang, LoneNode, describe
-from ansible_collections.gpufleet.cluster.plugins.module_utils.gang_rules import ending_on_its_own, failed_before
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import ending_on_its_own, failed_before
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch,
     _set_parent_death_signal,
     end_run,
@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_processes imp
     signal_run,
     terminate,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     AGENT_LAUNCHERS,
     LAUNCH_FILE,
     LOG_FILE,
@@ -44,8 +44,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import
     PartOutcome,
     StopReason,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.runtimes import HostRuntime
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spares import place_env
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import place_env
 
 
 class AttemptHost(Protocol):

@@ -29,13 +29,13 @@ import shutil
 import subprocess
 from typing import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     LAUNCH_FILE,
     RUN_ID_VAR,
     SINGLE_ENTRY,
     TOKEN_VAR,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.schedulers import scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
 
 ENGINES = ("docker", "podman")
 LABEL_TOKEN = "gpufleet.run_token"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.containers import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.containers import (
     begin_container_stop,
     container_facts,
     container_leftovers,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_states import ENDED_STATES, PORTS_VAR, JobState
-from ansible_collections.gpufleet.cluster.plugins.module_utils.slurm_jobs import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, PORTS_VAR, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.slurm_jobs import (
     TASK_FILE,
     cancel,
     launcher_problem,

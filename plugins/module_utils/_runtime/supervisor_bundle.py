@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The supervisor as it is shipped to the nodes: one file, standard library only, Python 3.8+.
+
+Its parts are the modules of this folder (module_utils/_runtime) that supervisor.py imports, directly or through
+another part, each read and tested as a module of its own; the launch writes them into the job folder as one file,
+each after the parts it imports (``parts``, derived from the imports, not kept by hand), with the imports between
+them removed, so that the node runs it with its own python3 and nothing of the collection installed
+(``python3 supervisor.py JOB_DIR``). No two parts define one top-level name (a unit test checks): in the one file,
+the later would replace the earlier. One file rather than a zipapp: a person reading a job folder finds the code
+that runs it in plain text. This module itself is not a part: it runs where the launch module runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from types import ModuleType
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor
+
+RUNTIME = "ansible_collections.gpufleet.cluster.plugins.module_utils._runtime"
+_OWN_PACKAGE = "ansible_collections."
+
+
+def part_imports(module: ModuleType) -> list[str]:
+    """The runtime modules a part imports, by full name, in the order its source names them."""
+    found: list[str] = []
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(RUNTIME):
+            continue
+        names = ([node.module] if node.module != RUNTIME
+                 else ["%s.%s" % (RUNTIME, alias.name) for alias in node.names])
+        found += [name for name in names if name not in found]
+    return found
+
+
+def parts(root: ModuleType = supervisor) -> list[ModuleType]:
+    """root and every runtime module it imports, directly or not, each after those it imports (a cycle is an
+    error: the one file could not define both parts before each other)."""
+    order: list[ModuleType] = []
+
+    def visit(module: ModuleType, path: tuple[str, ...]) -> None:
+        if module in order:
+            return
+        if module.__name__ in path:
+            raise ImportError("the runtime's parts import each other in a cycle: %s" % " -> ".join(
+                name.rsplit(".", 1)[-1] for name in path + (module.__name__,)))
+        for name in part_imports(module):
+            visit(importlib.import_module(name), path + (module.__name__,))
+        order.append(module)
+
+    visit(root, ())
+    return order
+
+
+def shipped_source() -> str:
+    """The one file: each part's source, without the imports of the collection's own modules, and without a
+    `from __future__` line after the first part (Python allows it only at the top)."""
+    chunks = []
+    for index, module in enumerate(parts()):
+        source = inspect.getsource(module)
+        dropped: set[int] = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom) and (
+                    (node.module or "").startswith(_OWN_PACKAGE) or (index and node.module == "__future__")):
+                dropped.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        kept = [line for number, line in enumerate(source.splitlines(), 1) if number not in dropped]
+        chunks.append("# ---- gpufleet %s ----\n%s" % (module.__name__.rsplit(".", 1)[-1], "\n".join(kept)))
+    return "\n\n\n".join(chunks) + "\n"
