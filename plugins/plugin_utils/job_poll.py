@@ -37,24 +37,42 @@ def node_path(jobs_dir: str, job: str) -> str:
     return shlex.quote(path)
 
 
+# What the poll needs from state.json, read as JSON by the node's python3 (EL 8's platform-python where there is no
+# python3): the
+# supervisor's PID, and for a part queued for Slurm its Slurm job id; each printed only when it is digits (the job id
+# with Slurm's '_' of an array task), so the assignments are safe to eval.
+STATE_READER = """import json, sys
+try:
+    state = json.load(open(sys.argv[1]))
+except Exception:
+    state = {}
+state = state if isinstance(state, dict) else {}
+pid, job = state.get("supervisor_pid"), str(state.get("slurm_job_id") or "")
+if type(pid) is int and pid > 0:
+    print("pid=%d" % pid)
+if job.replace("_", "").isdigit():
+    print("sid=" + job)
+if state.get("state") == "queued":
+    print("queued=1")
+"""
+
+
 def poll_command(jobs_dir: str, job: str) -> str:
     """The POSIX shell command whose output parse() reads; it changes nothing and always exits 0.
 
-    One sed reads from state.json what the command needs: the supervisor's PID, and, for a part queued for Slurm,
-    its Slurm job id (each value only digits, so the assignments it prints are safe to eval)."""
+    state.json is read as JSON (STATE_READER) for what the command needs before it reads /proc and Slurm."""
     return (
         "cd {dir} 2>/dev/null || exit 0; "
         "printf '{mark}spec\\n'; cat {spec} 2>/dev/null; "
         "printf '{mark}state\\n'; cat {state} 2>/dev/null; "
-        "pid= sid= queued=; eval \"$(sed -n -e 's/^ *\"supervisor_pid\": *\\([0-9][0-9]*\\).*/pid=\\1/p' "
-        "-e 's/^ *\"slurm_job_id\": *\"\\([0-9_]*\\)\".*/sid=\\1/p' "
-        "-e 's/^ *\"state\": *\"queued\".*/queued=1/p' {state} 2>/dev/null)\"; "
+        "pid= sid= queued=; py=$(command -v python3 || command -v /usr/libexec/platform-python || command -v python); "
+        "eval \"$(\"$py\" -c {reader} {state} 2>/dev/null)\"; "
         "printf '{mark}stat\\n'; [ -n \"$pid\" ] && cat /proc/$pid/stat 2>/dev/null; "
         "printf '{mark}log\\n'; tail -c {log_bytes} {log} 2>/dev/null; "
         "if [ -n \"$sid\" ] && [ -n \"$queued\" ]; then "
         "printf '{mark}slurm\\n'; scontrol --oneliner show job \"$sid\" 2>&1; fi; exit 0"
     ).format(dir=node_path(jobs_dir, job), mark=MARK.replace("\n", "\\n"), spec=SPEC_FILE, state=STATE_FILE,
-             log=LOG_FILE, log_bytes=LOG_BYTES)
+             log=LOG_FILE, log_bytes=LOG_BYTES, reader=shlex.quote(STATE_READER))
 
 
 def _json(text: str) -> dict | None:

@@ -113,3 +113,17 @@ def test_no_section_is_no_job_folder_and_a_cut_short_answer_is_refused():
     # The command prints nothing when it cannot enter the job's folder, whatever a login script printed first.
     assert job_poll.parse("Welcome to node1\n")["state"] == JobState.ABSENT
     assert job_poll.parse(job_poll.MARK + "spec\n{}" + job_poll.MARK + "state\n") is None
+
+
+@pytest.mark.parametrize("state, printed", [
+    ('{"state":"running","supervisor_pid":4242}', "pid=4242\n"),  # compact JSON: a line-based read found nothing
+    ('{\n  "state": "queued",\n  "slurm_job_id": "731_4"\n}', "sid=731_4\nqueued=1\n"),
+    ('{"supervisor_pid": "4242; touch /tmp/x", "slurm_job_id": "1 && reboot"}', ""),  # never evaluated
+    ('not json', ""),
+])
+def test_state_json_is_read_as_json_and_only_digits_reach_the_shell(tmp_path, state, printed):
+    path = tmp_path / "state.json"
+    path.write_text(state)
+    done = subprocess.run([sys.executable, "-c", job_poll.STATE_READER, str(path)], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout == printed
