@@ -15,14 +15,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, node_plan
 
-# The registered result of gpufleet.cluster.node_probe on each node (roles/job/tasks/train/preflight.yml).
-PROBE_VARIABLE = "__job_probe"
-# The registered result of gpufleet.cluster.dcgm_diag on each node, with health_diag=1 (preflight.yml).
-DCGM_VARIABLE = "__job_dcgm"
-
 
 class ActionModule(ActionBase):
-    """Reads every node's probe from its host variables and returns what they decide; changes nothing."""
+    """Reads every node's probe (given, by host) and its settings (its host variables) and returns what they
+    decide; changes nothing."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -33,19 +29,20 @@ class ActionModule(ActionBase):
         args = action_args.validated(self, documentation.DOCUMENTATION)
         plan = args["plan"]
         hostvars = task_vars["hostvars"]
+        given, diags = dict(args["probes"] or {}), dict(args["dcgm"] or {})
         probes: dict[str, dict] = {}
         gpus: dict[str, Any] = {}
         acknowledged: dict[str, Any] = {}
         xid_check: dict[str, Any] = {}
         for host in list(plan["hosts"]) + list(plan.get("spare_hosts") or []):
             found = hostvars[host]
-            probe = found.get(PROBE_VARIABLE)
+            probe = given.get(host)
             if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):
-                probes[host] = dict(self._templar.template(probe))
-                # health_diag=1: DCGM's diagnostic on the node, judged with the rest of its GPUs' health.
-                diag = found.get(DCGM_VARIABLE)
+                probes[host] = dict(probe)
+                # health_diag: DCGM's diagnostic on the node, judged with the rest of its GPUs' health.
+                diag = diags.get(host)
                 if isinstance(diag, Mapping) and not diag.get("skipped") and probes[host].get("gpu_health"):
-                    probes[host]["gpu_health"] = dict(probes[host]["gpu_health"], dcgm=self._templar.template(diag))
+                    probes[host]["gpu_health"] = dict(probes[host]["gpu_health"], dcgm=dict(diag))
             gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
             acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
             xid_check[host] = self._templar.template(found.get(gpu_gate.XID_CHECK_VARIABLE, False))

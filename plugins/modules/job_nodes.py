@@ -14,7 +14,7 @@ short_description: Decide, from every node's probe, what each node of a job runs
 version_added: 0.1.0
 description:
   - The second half of a job's plan. Runs once on the controller after M(gpufleet.cluster.node_probe) has run on
-    every node, reads all the probes (each host's registered C(__job_probe)) and decides what depends on the
+    every node, reads all the probes (O(probes)) and decides what depends on the
     nodes - each node's first problem (container engine, training Python and torch, the interface Gloo and NCCL
     advertise, the launcher, the GPU health gate's refusals, C(nproc_per_node) against the node's GPUs, a
     rendezvous port in use), the GPU health gate's warnings, the nodes where
@@ -34,6 +34,18 @@ options:
     description: The job's plan, as M(gpufleet.cluster.job_plan) returned it.
     type: dict
     required: true
+  probes:
+    description:
+      - Each host's M(gpufleet.cluster.node_probe) result, by host name (the plan's hosts and spare hosts); a host
+        missing, or whose probe failed or was skipped, has no probe to decide on.
+    type: dict
+    default: {}
+  dcgm:
+    description:
+      - With C(health_diag), each host's M(gpufleet.cluster.dcgm_diag) result, by host name, judged with the rest of
+        its GPUs' health; a skipped one is left out.
+    type: dict
+    default: {}
   force:
     description: A forced relaunch stops the running job first, so it is not refused and its ports are not kept.
     type: bool
@@ -65,6 +77,7 @@ EXAMPLES = r"""
 - name: Decide what every node's probe says
   gpufleet.cluster.job_nodes:
     plan: "{{ __job_plan.plan }}"
+    probes: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'probe'))) }}"
     force: "{{ job_force }}"
   run_once: true
   register: __job_nodes

@@ -303,7 +303,7 @@ def test_warnings_go_on_and_nodes_without_gpus_are_listed_once():
 
 # --- the action: what it reads from the hosts' variables -------------------------------------------------------------
 
-def test_the_action_reads_each_hosts_registered_probe_and_gpufleet_gpus():
+def test_the_action_reads_each_hosts_probe_as_given_and_its_gpufleet_gpus():
     from unittest import mock
 
     from ansible.parsing.dataloader import DataLoader
@@ -313,13 +313,14 @@ def test_the_action_reads_each_hosts_registered_probe_and_gpufleet_gpus():
     from ansible_collections.gpufleet.cluster.plugins.action import job_nodes
 
     task = Task()
-    task.args = {"plan": plan(), "force": "false", "python": "/opt/py/bin/python3"}
-    hostvars = {"node9": {job_nodes.PROBE_VARIABLE: master_probe(gpu_health=gpu_health(xids=[{
+    probes = {"node9": master_probe(gpu_health=gpu_health(xids=[{
         "bus_id": "0000:18:00", "xid": 79, "meaning": "", "class": "hardware", "detail": "", "time": 1764064931.0}])),
-        "gpufleet_gpus": 2, "gpufleet_xids_acknowledged_before": "2026-11-25T10:02:12Z"},
-                "node8": {job_nodes.PROBE_VARIABLE: probe(python={"found": False})},
-                # A host whose probe failed (the play stops it before this runs; left out if it did not).
-                "node7": {job_nodes.PROBE_VARIABLE: {"failed": True, "msg": "unreachable"}}}
+              "node8": probe(python={"found": False}),
+              # A host whose probe failed (the play stops it before this runs; left out if it did not).
+              "node7": {"failed": True, "msg": "unreachable"}}
+    task.args = {"plan": plan(), "probes": probes, "force": "false", "python": "/opt/py/bin/python3"}
+    hostvars = {"node9": {"gpufleet_gpus": 2, "gpufleet_xids_acknowledged_before": "2026-11-25T10:02:12Z"},
+                "node8": {}, "node7": {}}
     action = job_nodes.ActionModule(task, mock.Mock(), mock.Mock(), loader=DataLoader(),
                                     templar=Templar(loader=DataLoader()), shared_loader_obj=None)
     with mock.patch("ansible.plugins.action.ActionBase.run", return_value={}):
