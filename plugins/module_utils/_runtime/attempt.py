@@ -20,8 +20,8 @@ import subprocess
 import time
 from typing import Protocol
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import ending_on_its_own, failed_before
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import describe, ending_on_its_own, failed_before
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch,
     _set_parent_death_signal,

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The gang: the nodes of a job watching each other with signed UDP heartbeats (the message format, who was heard
-when, who is lost), and what a peer's news means for this node. Shipped to the nodes as part of the supervisor;
+when, who is lost); what a peer's news means for this node is gang_rules.py's. Shipped to the nodes as part of the supervisor;
 standard library only, Python 3.8+."""
 
 from __future__ import annotations
@@ -16,13 +16,7 @@ import select
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
-    Defaults,
-    GANG_FAILURE_STATES,
-    HeartbeatPhase,
-    JobState,
-    STOPPED_FOR,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults, HeartbeatPhase
 
 
 def bind_own_address(kind: int, address: str, port: int) -> socket.socket:
@@ -260,33 +254,3 @@ def lost_at(gang: Gang | LoneNode, ranks: list[int], known: dict | None) -> dict
     for rank in ranks:
         lost.setdefault(gang.host(rank), round(gang.last_heard_wall(rank), 3))
     return lost
-
-
-def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
-    """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
-    for rank in gang.peers():
-        news = gang.news.get(rank) or {}
-        if (news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURE_STATES
-                and not news.get(STOPPED_FOR)):
-            return rank, news
-        if news.get("final") and news.get("attempt", 0) < attempt:
-            # Its last heartbeat said its part ended, finally, in an earlier attempt.
-            return rank, dict(news, outcome=HeartbeatPhase.ENDED,
-                              reason="it has ended and will not take part in attempt %d" % attempt)
-    return None
-
-
-def describe(host: str, rank: int, news: dict) -> str:
-    """One clause saying what ended a node's part, for stop reasons and the report."""
-    what = news.get("outcome")
-    if what == JobState.FAILED and news.get("reason") and (news.get("exit_code") is None or news.get("hardware_fault")):
-        # Failing, before its part has ended; or ended by a hardware fault, which says more than the exit code.
-        return "%s (node_rank %d) failed: %s" % (host, rank, news["reason"])
-    if what == JobState.FAILED:
-        code = news.get("signal") or "exit code %s" % news.get("exit_code")
-        return "%s (node_rank %d) failed with %s" % (host, rank, code)
-    if what == JobState.HUNG:
-        return "%s (node_rank %d) found the job hung" % (host, rank)
-    if what == HeartbeatPhase.ENDED:
-        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
-    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")

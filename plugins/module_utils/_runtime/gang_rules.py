@@ -15,13 +15,44 @@ from __future__ import annotations
 import collections
 from typing import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe, gang_failure
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
+    GANG_FAILURE_STATES,
     STOPPED_FOR,
     HeartbeatPhase,
     JobState,
     StopReason,
 )
+
+
+def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
+    """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
+    for rank in gang.peers():
+        news = gang.news.get(rank) or {}
+        if (news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURE_STATES
+                and not news.get(STOPPED_FOR)):
+            return rank, news
+        if news.get("final") and news.get("attempt", 0) < attempt:
+            # Its last heartbeat said its part ended, finally, in an earlier attempt.
+            return rank, dict(news, outcome=HeartbeatPhase.ENDED,
+                              reason="it has ended and will not take part in attempt %d" % attempt)
+    return None
+
+
+def describe(host: str, rank: int, news: dict) -> str:
+    """One clause saying what ended a node's part, for stop reasons and the report."""
+    what = news.get("outcome")
+    if what == JobState.FAILED and news.get("reason") and (news.get("exit_code") is None or news.get("hardware_fault")):
+        # Failing, before its part has ended; or ended by a hardware fault, which says more than the exit code.
+        return "%s (node_rank %d) failed: %s" % (host, rank, news["reason"])
+    if what == JobState.FAILED:
+        code = news.get("signal") or "exit code %s" % news.get("exit_code")
+        return "%s (node_rank %d) failed with %s" % (host, rank, code)
+    if what == JobState.HUNG:
+        return "%s (node_rank %d) found the job hung" % (host, rank)
+    if what == HeartbeatPhase.ENDED:
+        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
+    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")
 
 
 def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:

@@ -40,7 +40,7 @@ import time
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_free_ports
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, describe, lost_at
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
@@ -49,7 +49,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_sta
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
-    attempt_verdict, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
+    attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (

@@ -75,7 +75,7 @@ def test_a_lone_node_has_no_gang_to_fail_or_lose():
 def test_a_peer_failing_now_is_described_by_its_reason():
     """A node whose GPU raised a hardware XID tells the others while its part is still ending (gpu_watch.py): its
     heartbeat carries the outcome and the reason, and no exit code yet."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import describe
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import describe
 
     failing = {"attempt": 1, "phase": HeartbeatPhase.RUNNING, "outcome": JobState.FAILED, "exit_code": None,
                "reason": "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"}

@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import gang_failure, LoneNode, sign, verify
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import LoneNode, sign, verify
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     run_processes,
     run_token,
