@@ -29,9 +29,9 @@ trap 'rm -rf "$scratch"' EXIT
 nccl_home=$(ls -d "$scratch"/site/nvidia/nccl* | head -n 1)
 [ -e "$nccl_home/lib/libnccl.so" ] || ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"
 
-# The role's derivation (plugins/plugin_utils/nvidia_hardware.py): no GPU here, so the toolkit's defaults.
+# The role's derivation (plugins/plugin_utils/_provision/nvidia_hardware.py): no GPU here, so the toolkit's defaults.
 gencode=$(PYTHONPATH="$repo/collections" "$python" -c \
-  'import sys; from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia_hardware import nvcc_gencode; print(nvcc_gencode(sys.argv[1], []))' \
+  'import sys; from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia_hardware import nvcc_gencode; print(nvcc_gencode(sys.argv[1], []))' \
   "$cuda")
 
 args=(MPI=1 "MPI_HOME=$mpi_home" "CUDA_HOME=$cuda_home" "NCCL_HOME=$nccl_home" "NVCC_GENCODE=$gencode")

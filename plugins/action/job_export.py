@@ -16,7 +16,9 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_export as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, export, plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._export import export
 
 display = Display()
 

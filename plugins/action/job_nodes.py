@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Action gpufleet.cluster.job_nodes: decide, from every node's probe, what each node runs (plugin_utils/node_plan.py)."""
+"""Action gpufleet.cluster.job_nodes: decide, from every node's probe, what each node runs (plugin_utils/_control/node_plan.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, node_plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_plan
 
 
 class ActionModule(ActionBase):

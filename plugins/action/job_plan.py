@@ -14,7 +14,8 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, bad_nodes, container_images, plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes, container_images, plan
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -194,7 +195,7 @@ class ActionModule(ActionBase):
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             **spares,
-            # Nodes of this job a spare replaced for a hardware fault in an earlier one (plugin_utils/bad_nodes.py).
+            # Nodes of this job a spare replaced for a hardware fault in an earlier one (plugin_utils/_control/bad_nodes.py).
             "bad_nodes": bad_nodes.warnings(logs_dir, nodes + spares["spare_hosts"]),
             "wait": wait,
             "logs_dir": logs_dir,

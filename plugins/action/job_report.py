@@ -13,14 +13,21 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import (
-    action_args, bad_nodes, flight_recorder, gpu_report, rank_lines, report, timeline)
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import (
+    flight_recorder,
+    gpu_report,
+    rank_lines,
+    report,
+    timeline,
+)
 
 display = Display()
 
 
 def _write_timeline(logs_dir: str, results: list[dict]) -> str:
-    """logs_dir/events.log from the nodes' events (plugin_utils/timeline.py); '' when no node had any."""
+    """logs_dir/events.log from the nodes' events (plugin_utils/_postmortem/timeline.py); '' when no node had any."""
     if not any(r.get("events") for r in results) or not os.path.isdir(logs_dir):
         return ""
     path = os.path.join(logs_dir, "events.log")

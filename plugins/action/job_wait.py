@@ -5,7 +5,7 @@
 """Action gpufleet.cluster.job_wait: wait for a job on one node, and report it.
 
 Every node of the job runs this task at the same time. Each polls its own node (one shell command,
-plugin_utils/job_poll.py; the last read is gpufleet.cluster.job_status) until the node's part ends, says what
+plugin_utils/_control/job_poll.py; the last read is gpufleet.cluster.job_status) until the node's part ends, says what
 changed, and returns the node's final state. It stops nothing because of another node: the job's one fail-fast
 authority is the nodes' supervisors, which hear each other's heartbeats and stop their parts by the gang's rules
 (module_utils/_runtime/gang_rules.py), with the controller attached or not, with one fork per node or fewer. A node that
@@ -32,7 +32,8 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import JobState, WAIT_ENDED_STATES
 from ansible_collections.gpufleet.cluster.plugins.modules import job_wait as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, job_poll
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import job_poll
 
 display = Display()
 

@@ -12,7 +12,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import stack_report as documentation
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args, verify
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import verify
 
 display = Display()
 

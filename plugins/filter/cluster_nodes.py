@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import plan
 
 DOCUMENTATION = r"""
 name: cluster_nodes

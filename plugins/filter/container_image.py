@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launch_options
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images
 
 DOCUMENTATION = r"""
 name: container_image

@@ -11,7 +11,13 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm, imex, nvidia, nvidia_hardware, nvidia_packaging
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import (
+    dcgm,
+    imex,
+    nvidia,
+    nvidia_hardware,
+    nvidia_packaging,
+)
 
 DOCUMENTATION = r"""
 name: nvidia
@@ -55,7 +61,7 @@ description:
     C(value) (where the link points) and C(manual); C(record | alternative_set_by_hand) says whether the
     alternatives system's own record of a link (C(/var/lib/dpkg/alternatives/NAME), null where missing) is set by
     hand.
-  - DCGM (the dcgm role, plugin_utils/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
+  - DCGM (the dcgm role, plugin_utils/_provision/dcgm.py) C(version | dcgm_preflight_error(cuda_major, branch)) says why
     C(dcgm_version) or C(dcgm_cuda_major) cannot be installed, or an empty string;
     C(wanted | dcgm_cuda_major(branch, node_driver, devices)) is the CUDA major whose DCGM build a node gets (when
     empty, that of the node's own driver version where given, else of the branch, so 13 on 580 and 12 on 525 to 575;

@@ -2,13 +2,13 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filter gpufleet.cluster.port_problems: which node a job's ports do not reach (plugin_utils/ports.py)."""
+"""Filter gpufleet.cluster.port_problems: which node a job's ports do not reach (plugin_utils/_control/ports.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import ports
 
 DOCUMENTATION = r"""
 name: port_problems

@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import slurm
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import slurm
 
 DOCUMENTATION = r"""
 name: slurm

@@ -3,13 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filter gpufleet.cluster.slurm_batch_script: a job's sbatch script (what it asks of Slurm is decided by
-plugin_utils/node_plan.py, through the job_nodes action)."""
+plugin_utils/_control/node_plan.py, through the job_nodes action)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import slurm_batch
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import slurm_batch
 
 DOCUMENTATION = r"""
 name: slurm_job

@@ -77,7 +77,7 @@ import os
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import hostfile
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import hostfile
 
 
 class InventoryModule(BaseInventoryPlugin):

@@ -118,7 +118,7 @@ def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
 
 def state_of(spec: dict | None, state: dict | None, supervisor_alive_now: bool) -> dict:
     """The job's state from its spec, its supervisor's state.json and whether that supervisor is still alive: the
-    part of status() that the controller's light poll (plugin_utils/job_poll.py) shares."""
+    part of status() that the controller's light poll (plugin_utils/_control/job_poll.py) shares."""
     if spec is None:
         return {"state": JobState.ABSENT, "running": False}
     if state is None or state.get("run_id") != spec.get("run_id"):

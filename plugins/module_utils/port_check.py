@@ -13,7 +13,7 @@ Three steps, each one task of train.yml's preflight, on every node at once:
   3. ``quit``: tell this node's listener to end (a quit file and a datagram), and wait until it has, so that the
      launch finds the port free.
 The datagrams carry a token of this launch, so a stray packet is not taken for an answer. Nothing is kept: the
-controller reads the reports (plugin_utils/ports.py port_problems()).
+controller reads the reports (plugin_utils/_control/ports.py port_problems()).
 """
 
 from __future__ import annotations

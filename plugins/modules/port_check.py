@@ -20,7 +20,7 @@ description:
   - O(mode=quit) tells this node's listener to end (a quit file in the node's temporary folder, and a datagram),
     waits until it has, so that the launch finds the port free, and returns its report (O(results_file)).
   - The controller names the node, port and protocol at fault from the reports
-    (C(plugin_utils/ports.py) C(port_problems())). Nothing is changed on the node.
+    (C(plugin_utils/_control/ports.py) C(port_problems())). Nothing is changed on the node.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:

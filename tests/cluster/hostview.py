@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import TAG
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.rank_lines import TAG
 
 JOBS_DIR = "/root/.gpufleet/jobs"
 CONTAINERS_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "containers.conf")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import testbed
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import rank_of
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.rank_lines import rank_of
 from jobfaults import probe_all, wait_gone
 
 HERE = os.path.dirname(os.path.abspath(__file__))

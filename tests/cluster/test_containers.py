@@ -28,7 +28,7 @@ import yaml
 import bounds
 import testbed
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.container_images import read_archive
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.container_images import read_archive
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)

@@ -34,7 +34,7 @@ def test_train_succeeds_with_world_size_2_and_fetches_logs(local):
 
 
 def test_the_wait_reads_each_node_with_one_shell_command_per_poll(local):
-    """Each poll while the job runs is the shell command of plugin_utils/job_poll.py; the job_status module runs
+    """Each poll while the job runs is the shell command of plugin_utils/_control/job_poll.py; the job_status module runs
     once per node, for the final read (with -v, job_wait returns the counts)."""
     run = local.playbook("train.yml", "-e", "script=%s/sleep_then_exit.py" % SCRIPTS, "-e", "script_args='6'", "-v")
     assert run.rc == 0, run.out[-3000:]

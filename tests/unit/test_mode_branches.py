@@ -25,13 +25,13 @@ CONTAINER_BRANCH = re.compile(
 
 # The strategies: what differs between the modes is written here, and only here.
 SLURM_STRATEGY = {
-    "plugins/module_utils/_runtime/schedulers.py", "plugins/module_utils/_runtime/slurm_jobs.py", "plugins/plugin_utils/slurm_batch.py",
+    "plugins/module_utils/_runtime/schedulers.py", "plugins/module_utils/_runtime/slurm_jobs.py", "plugins/plugin_utils/_control/slurm_batch.py",
     "plugins/filter/slurm_job.py", "roles/job/tasks/train/launch_slurm.yml", "roles/job/tasks/train/slurm_preflight.yml",
     "roles/job/tasks/train/slurm_drain.yml",
 }
 CONTAINER_STRATEGY = {
     "plugins/module_utils/_runtime/runtimes.py", "plugins/module_utils/_runtime/containers.py",
-    "plugins/plugin_utils/container_images.py", "plugins/filter/container_image.py",
+    "plugins/plugin_utils/_control/container_images.py", "plugins/filter/container_image.py",
     "roles/job/tasks/train/image.yml",
 }
 
@@ -41,15 +41,15 @@ SLURM_PLACES = {
     # The Slurm node table is read before the plan decides (a task of the role, so it shows in the play).
     "roles/job/tasks/train/preflight.yml",
     # The controller's light status poll settles Slurm's state when the node's status script read it.
-    "plugins/plugin_utils/job_poll.py",
+    "plugins/plugin_utils/_control/job_poll.py",
     # Inside the block that the scheduler strategy's allocates_nodes opens (the message of a missing answer).
-    "plugins/plugin_utils/node_plan.py",
+    "plugins/plugin_utils/_control/node_plan.py",
 }
 CONTAINER_PLACES = {
     # The image phase runs only for a job in an image (one skipped line otherwise).
     "roles/job/tasks/train.yml",
     # Not the runtime: export writes the image into the exported job (formats that need one refuse without).
-    "plugins/plugin_utils/export.py",
+    "plugins/plugin_utils/_export/export.py",
 }
 
 
@@ -94,7 +94,7 @@ def test_a_container_is_tested_only_in_the_runtime_strategy_and_the_places_liste
     # node_plan asks the runtime (runs_node_python), the supervisor, the status and the stop ask runtime_of(), the
     # probe asks runtime_for() what to probe; the planner asks container_images.job_container() whether there is an
     # image, and the role hands the probe the plan's image_lookup and the launch node_container()'s result.
-    for asks in ("plugins/plugin_utils/node_plan.py", "plugins/module_utils/_runtime/supervisor.py",
+    for asks in ("plugins/plugin_utils/_control/node_plan.py", "plugins/module_utils/_runtime/supervisor.py",
                  "plugins/module_utils/jobs.py", "plugins/module_utils/_runtime/attempt.py", "plugins/modules/node_probe.py",
                  "plugins/action/job_plan.py", "roles/job/tasks/train/preflight.yml",
                  "roles/job/tasks/train/launch_node.yml", "roles/job/vars/main.yml"):

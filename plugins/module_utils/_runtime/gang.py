@@ -77,6 +77,9 @@ class Gang:
         self.started = clock()
         self.heard: dict[int, float] = {}
         self.news: dict[int, dict] = {}
+        # Each peer's last news of each attempt: a peer that has moved on to the next attempt has overwritten its news
+        # of the one this node is still ending (news_of).
+        self.attempt_news: dict[tuple[int, int], dict] = {}
         # Per peer, the least (this node's wall clock on arrival - the peer's on sending) over its heartbeats: how far
         # the peer's clock is behind this node's, plus the shortest trip (the events' timeline aligns by it).
         self.offsets: dict[int, float] = {}
@@ -117,6 +120,7 @@ class Gang:
         self.nodes[rank] = (spare, address)
         for known in (self.heard, self.news, self.offsets):
             known.pop(rank, None)
+        self.attempt_news = {key: news for key, news in self.attempt_news.items() if key[0] != rank}
         self.joined[rank] = self.clock()
 
     def ready_spares(self) -> list[str]:
@@ -155,12 +159,18 @@ class Gang:
         if isinstance(rank, int) and rank in self.peers() and host in (None, self.nodes[rank][0]):
             self.heard[rank] = self.clock()
             self.news[rank] = message
+            if isinstance(message.get("attempt"), int):
+                self.attempt_news[(rank, message["attempt"])] = message
             if isinstance(message.get("sent_at"), (int, float)):
                 offset = time.time() - float(message["sent_at"])
                 self.offsets[rank] = min(offset, self.offsets.get(rank, offset))
         elif host in dict(self.spares) and host not in self.members():
             self.spare_heard[host] = self.clock()
             self.spare_news[host] = message
+
+    def news_of(self, rank: int, attempt: int) -> dict | None:
+        """Peer rank's last news of attempt (its part of it as it last told), or None if none arrived here."""
+        return self.attempt_news.get((rank, attempt))
 
     def lost(self) -> list[int]:
         """The peers that have stopped answering (or never answered within the join timeout)."""
@@ -233,6 +243,9 @@ class LoneNode:
         ready, _w, _x = select.select(list(extra), [], [], timeout_s)
         for fd in ready:
             on_extra(extra[fd])
+
+    def news_of(self, rank: int, attempt: int) -> dict | None:
+        return None
 
     def lost(self) -> list[int]:
         return []

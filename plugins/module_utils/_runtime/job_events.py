@@ -6,7 +6,7 @@
 
 What the supervisor says in the node's log (each attempt and its port, a stop and its cause, a hang, the stacks, a
 restart refused) and each rank's end, kept in state.json under "events" as [time, text] pairs. The controller merges
-every node's into one timeline, ``logs/<job>/events.log`` (plugin_utils/timeline.py), moving each node's times onto
+every node's into one timeline, ``logs/<job>/events.log`` (plugin_utils/_postmortem/timeline.py), moving each node's times onto
 node 0's clock by the offsets node 0's supervisor measured from the heartbeats (gang.py). Shipped with the supervisor;
 standard library only, Python 3.8+.
 """

@@ -8,7 +8,7 @@ DeepSpeed's launcher cannot tag its ranks' output; its one option about it, ``--
 each rank's stdout and stderr into ``DIR/<launch time>_rank<global rank>.log`` (deepspeed/launcher/launch.py; the
 ranks run ``python -u``, so each line is there when printed). launchers.py passes the job folder's RANK_OUTPUT_DIR,
 and the supervisor follows those files on each turn of its loop, appending each complete new line to the node's log
-with torchrun's tag, ``[rank<global>|<local>]: `` (plugin_utils/rank_lines.py reads both). The log grows as the
+with torchrun's tag, ``[rank<global>|<local>]: `` (plugin_utils/_postmortem/rank_lines.py reads both). The log grows as the
 ranks print, so the hang watchdog sees them as before; the files stay in the job folder.
 
 Files that were there when the supervisor started are an earlier run's: they are not copied again. Shipped with the

@@ -11,7 +11,7 @@ does not move while it is read. Reading another process needs the rights to trac
 (the same user, and kernel.yama.ptrace_scope 0, or root); what could not be read is said, per rank, with py-spy's
 own words. The supervisor keeps its heartbeats going while the dumps run (StackDump.done), then writes
 ``stacks.txt`` (for people) into the job folder and keeps each rank's main-thread frames in state.json, where the
-controller groups the ranks by frame (plugin_utils/stack_groups.py). Shipped with the supervisor; standard library
+controller groups the ranks by frame (plugin_utils/_postmortem/stack_groups.py). Shipped with the supervisor; standard library
 only, Python 3.8+.
 """
 

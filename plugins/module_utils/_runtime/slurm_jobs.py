@@ -6,7 +6,7 @@
 
 With Slurm, the launch does not start the supervisor: it prepares the job folder, writes ``state.json`` as
 ``queued`` and a task script, ``slurm_task.sh``. The Slurm job (its batch script is rendered by
-plugin_utils/slurm_batch.py) runs ``srun ... slurm_task.sh`` on every node; each node's task script starts that
+plugin_utils/_control/slurm_batch.py) runs ``srun ... slurm_task.sh`` on every node; each node's task script starts that
 node's supervisor in the foreground, inside the step (a detached supervisor would leave Slurm's process tracking).
 Each node's folder carries the node's rank in the inventory's order, so the rank never comes from Slurm's own
 numbering of the allocation (SLURM_NODEID follows Slurm's node table); the task script checks that Slurm ran it on

@@ -72,7 +72,7 @@ def place_env(node: SpareHost) -> dict[str, str]:
 def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[dict]) -> None:
     """A member applies the gang's decision: each spare takes its node rank from the next attempt (the heartbeats
     name it there from now on), said in the log, and in state.json under "replaced" (who, by whom, when, why, and
-    whether for a hardware fault: the controller then remembers the node, plugin_utils/bad_nodes.py)."""
+    whether for a hardware fault: the controller then remembers the node, plugin_utils/_control/bad_nodes.py)."""
     records = list(node.state.get("replaced") or [])
     faulted = {int(part.get("rank", -1)) for part in parts if part.get("hardware_fault")}
     for rank, spare in sorted(replaced.items()):

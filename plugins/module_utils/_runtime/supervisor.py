@@ -277,8 +277,10 @@ class Supervisor:
                     return JobState.LOST, parts
                 self.tick(HeartbeatPhase.ENDED)
             for rank in self.gang.peers():
-                news = self.gang.news.get(rank) or {}
-                parts.append(news if news.get("attempt") == self.attempt else {"outcome": JobState.FAILED, "rank": rank})
+                # Its news of this attempt, though it may have moved on to the next one already (its latest news is
+                # then of that one); a part this node never heard of counts as failed.
+                news = self.gang.news_of(rank, self.attempt)
+                parts.append(news if news else {"outcome": JobState.FAILED, "rank": rank})
         return attempt_verdict(parts, self.stop_reason is not None), parts
 
     def _may_restart(self) -> bool:

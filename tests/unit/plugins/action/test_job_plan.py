@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.action.job_plan import INLINE_SCRIPT_MAX_BYTES, master_probe, script_layout
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 
 def test_single_text_script_travels_inside_the_launch(tmp_path):

@@ -211,3 +211,29 @@ def test_a_node_that_decides_late_follows_the_members_a_peer_announced():
     assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 1.0},
                                        spares=mine).refused == (
         "not restarting: spare0 took this node's place (node_rank 0): node0 lost; spare0 takes node_rank 0")
+
+
+def test_a_peers_part_of_an_attempt_is_kept_after_it_moved_on_to_the_next():
+    """A faster peer ends attempt 1, restarts and beats for attempt 2 before this node has waited for the peers: its
+    news of attempt 1 is still what this node judges attempt 1 by (a loaded machine made this node read the part
+    as failed, and the restart reason was then 'n0 failed with exit code None' instead of the hang both had)."""
+    import socket
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gang = Gang({"node_rank": 1, "run_id": "r", "nodes": [["n0", "127.0.0.1"], ["n1", "127.0.0.1"]],
+                 "master_port": port}, b"k")
+    try:
+        ended = {"run": "r", "rank": 0, "host": "n0", "attempt": 1, "phase": HeartbeatPhase.ENDED,
+                 "outcome": JobState.HUNG, "reason": "hung: no node wrote to its log for 2 s"}
+        gang._take(ended)  # pylint: disable=protected-access
+        gang._take({"run": "r", "rank": 0, "host": "n0", "attempt": 2,  # pylint: disable=protected-access
+                    "phase": HeartbeatPhase.RUNNING})
+        assert gang.news[0]["attempt"] == 2 and gang_rules.peer_done(gang.news[0], 1)
+        assert gang.news_of(0, 1) == ended and gang.news_of(0, 3) is None
+        assert LoneNode().news_of(0, 1) is None
+    finally:
+        gang.close()

@@ -5,7 +5,7 @@ is tests/cluster/test_cluster_launchers.py."""
 import os
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR, RankOutput, first_rank
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.rank_lines import rank_of
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.rank_lines import rank_of
 
 NODES = [["node0", "192.0.2.10"], ["node1", "192.0.2.11"], ["node2", "192.0.2.12"]]
 

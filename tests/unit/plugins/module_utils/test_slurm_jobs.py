@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import slurm_jobs, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import job_poll
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import job_poll
 
 sys.path.insert(0, os.path.dirname(__file__))
 from waiting import wait_for  # noqa: E402  pylint: disable=wrong-import-position

@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
     supervisor_alive,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.report import failure_message
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from waiting import wait_for

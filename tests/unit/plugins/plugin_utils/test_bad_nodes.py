@@ -1,7 +1,7 @@
 """A node a spare replaced for a hardware fault is remembered on the controller, and the next job with it warns
-(plugin_utils/bad_nodes.py); a node replaced because it was lost is not (a network blip is not a bad node)."""
+(plugin_utils/_control/bad_nodes.py); a node replaced because it was lost is not (a network blip is not a bad node)."""
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import bad_nodes
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes
 
 FAULT = {"node_rank": 1, "by": "node3", "attempt": 2, "at": 1700000000.0, "hardware_fault": True,
          "why": "node1 (node_rank 1) failed: node1 GPU 0 (0000:17:00.0): XID 79; node3 takes node_rank 1"}

@@ -11,8 +11,9 @@ import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.filter import container_image
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import container_images, report
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 CONFIG = b'{"architecture": "amd64", "config": {"Env": ["PATH=/opt/train/bin:/usr/bin"]}}'
 CONFIG_ID = hashlib.sha256(CONFIG).hexdigest()

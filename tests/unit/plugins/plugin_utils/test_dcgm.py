@@ -2,8 +2,8 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import dcgm
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import dcgm
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia import StackError
 
 
 @pytest.mark.parametrize("branch, major", [(580, 13), ("590", 13), (575, 12), (570, 12), (525, 12), (535, 12),

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import export
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._export import export
 
 JOB = export.ExportJob(job="llama-ft", script="train.py", nnodes=3, nproc_per_node=8, gpus_per_node=8,
                        script_args=("--epochs", "3", "--name", "first try"),

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import export
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._export import export
 
 import kubernetes_crds
 

@@ -1,4 +1,4 @@
-"""The flight recorder's dumps read on the controller (plugin_utils/flight_recorder.py).
+"""The flight recorder's dumps read on the controller (plugin_utils/_postmortem/flight_recorder.py).
 
 The dumps are written by the stand-in the cluster tests' ranks use (tests/cluster/scripts/faulty_train.py:
 FlightRecorderStandIn, torch 2.13's format), and torch's own analyser (the venv's torch) reads the same files, which
@@ -11,7 +11,7 @@ import pickle
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import flight_recorder
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import flight_recorder
 
 FAULTY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "cluster", "scripts", "faulty_train.py")
 

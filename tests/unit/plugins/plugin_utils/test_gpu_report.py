@@ -1,11 +1,11 @@
-"""The report of the nodes' GPU samples (plugin_utils/gpu_report.py): per-node figures, likely stragglers, gpus.png.
+"""The report of the nodes' GPU samples (plugin_utils/_postmortem/gpu_report.py): per-node figures, likely stragglers, gpus.png.
 The CSVs are written here in gpu_watch.py's columns (its own tests check that it writes them so)."""
 
 import csv
 import struct
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import SAMPLE_COLUMNS
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import gpu_report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import gpu_report
 
 XID = "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
 

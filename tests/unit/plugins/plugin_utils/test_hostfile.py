@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import hostfile
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import hostfile
 
 PSSH = """# lab nodes (parallel-ssh host_file)
 ml@192.0.2.10

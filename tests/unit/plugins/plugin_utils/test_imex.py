@@ -3,7 +3,7 @@ and its value; IMEX's package names per driver branch, as NVIDIA's driver contai
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import imex, nvidia_packaging
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import imex, nvidia_packaging
 
 RACK = ["tray1", "tray2", "tray3"]
 INVENTORY = RACK + ["tray4", "login1"]

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nccl_tests")
 

@@ -1,4 +1,4 @@
-"""The planner's second half (plugin_utils/node_plan.py): what every node's probe decides, from probe fixtures of
+"""The planner's second half (plugin_utils/_control/node_plan.py): what every node's probe decides, from probe fixtures of
 ssh, Slurm and container jobs, without a cluster. The probes are shaped as gpufleet.cluster.node_probe returns
 them; the Slurm answer is a real `scontrol --oneliner show node` of the container cluster (tests/fixtures/slurm/)."""
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import node_plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_plan
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "slurm")
 with open(os.path.join(FIXTURES, "scontrol_show_node.txt")) as _handle:
@@ -243,7 +243,7 @@ def test_spares_stand_by_unless_read_as_a_node_they_have_a_problem():
     assert forced.spares == [["s4", "192.0.2.34"]]
 
 
-# --- the GPU health gate (module_utils/gpu_gate.py) in the plan --------------------------------------------------------
+# --- the GPU health gate (plugin_utils/_control/gpu_gate.py) in the plan --------------------------------------------------------
 
 def gpu_health(count=2, **more):
     gpus = [{"index": index, "bus_id": "00000000:%02X:00.0" % (0x18 + index), "error": "", "pcie_width": 16.0,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import nvidia
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia import StackError
 
 TABLE = {"12.4": 550, "12.6": 560, "12.8": 570, "12.9": 575, "13.0": 580}
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_hardware as hw
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import nvidia_hardware as hw
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia import StackError
 
 V100, P100, T4, A100, H100, H200, L40S, B200 = "0x1db1", "0x15f8", "0x1eb8", "0x20b0", "0x2330", "0x2335", "0x26b9", "0x2901"
 

@@ -1,6 +1,6 @@
 """dnf version locks by exact name, EL's Open MPI paths, other apt sources of NVIDIA's repository."""
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_packaging as pkg
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import nvidia_packaging as pkg
 
 LOCKS = """Last metadata expiration check: 0:01:02 ago on Sun 22 Nov 2026.
 libnccl-devel-0:2.26.2-1+cuda12.8.*

@@ -4,8 +4,8 @@ import socket
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import plan
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 
 def test_rank_order_is_inventory_order():

@@ -7,7 +7,7 @@ from ansible.playbook.task import Task
 from ansible_collections.gpufleet.cluster.plugins.action.job_nodes import ActionModule
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.ports import job_ports as decide
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.ports import job_ports as decide
 
 FREE = {"free_port": 41000, "free_ports": [41001, 41002], "job": {"running": False}}
 RUNNING = {"free_port": 41000, "free_ports": [41001, 41002],

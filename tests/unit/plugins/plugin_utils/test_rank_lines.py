@@ -1,9 +1,9 @@
-"""The rank tags of the nodes' logs read on the controller (plugin_utils/rank_lines.py): torchrun's prefix as
+"""The rank tags of the nodes' logs read on the controller (plugin_utils/_postmortem/rank_lines.py): torchrun's prefix as
 launchers.TORCHRUN_LINE_PREFIX renders it, Open MPI 4's --tag-output as mpirun prints it."""
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launchers import TORCHRUN_LINE_PREFIX
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import rank_lines
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.report import failure_message
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import rank_lines
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 
 
 def torchrun_tag(rank, local_rank):

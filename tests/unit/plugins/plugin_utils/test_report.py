@@ -1,6 +1,6 @@
 """The summary table and the failure message: the first failure by time, named by host, rank and exit code."""
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import report
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import report
 
 OK = {"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0, "duration_s": 75.2, "log": "logs/j/node0.log"}
 

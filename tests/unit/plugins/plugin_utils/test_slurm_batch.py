@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import slurm_batch
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import slurm_batch
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "slurm")
 with open(os.path.join(FIXTURES, "scontrol_show_node.txt")) as _handle:

@@ -9,7 +9,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.cluster.plugins.filter.slurm import gres_conf, slurm_conf
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import slurm
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import slurm
 
 # What slurmd -C printed on a 2-core container node of the test cluster, and on an 8-GPU server.
 SLURMD_C_SMALL = ("NodeName=gpufleet-test-node0 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 "

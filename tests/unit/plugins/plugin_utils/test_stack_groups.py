@@ -1,6 +1,6 @@
-"""Which rank a hang is stuck in (plugin_utils/stack_groups.py), from stacks as the nodes keep them in state.json."""
+"""Which rank a hang is stuck in (plugin_utils/_postmortem/stack_groups.py), from stacks as the nodes keep them in state.json."""
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import stack_groups
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import stack_groups
 
 TORCH = "/opt/gpufleet/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 IN_ALL_REDUCE = [["all_reduce", TORCH, 2941], ["wrapper", TORCH.replace("distributed_c10d", "c10d_logger"), 81],

@@ -1,6 +1,6 @@
-"""One timeline of a job (plugin_utils/timeline.py): every node's events in time order, on node 0's clock."""
+"""One timeline of a job (plugin_utils/_postmortem/timeline.py): every node's events in time order, on node 0's clock."""
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import timeline
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import timeline
 
 T = 1795612000.0  # 2026-11-16 ... UTC, any instant
 

@@ -3,7 +3,7 @@
 import json
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests, verify
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests, verify
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nccl_tests")
 NODE = {"gpu_count": 8, "gpu_models": ["NVIDIA H100 80GB HBM3"], "driver": "570.124.06", "cuda": "12.8",
@@ -124,7 +124,7 @@ def test_dcgm_missing_where_required_or_without_a_result_is_a_problem_and_not_ru
 
 
 def test_the_gpu_health_table_and_its_refusals():
-    """verify.yml judges each node's gpu_health as train.yml's gate does (module_utils/gpu_gate.py)."""
+    """verify.yml judges each node's gpu_health as train.yml's gate does (plugin_utils/_control/gpu_gate.py)."""
     def gpu(index, **values):
         found = {"index": index, "bus_id": "00000000:%02X:00.0" % (0x18 + index), "error": "", "pcie_width": 16.0,
                  "pcie_width_max": 16.0, "event_reasons": 1}

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import FAILURE_STATES, JobState, STOPPED_FOR
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import rank_lines, stack_groups
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import rank_lines, stack_groups
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
            ("duration", "duration"), ("log", "log"))

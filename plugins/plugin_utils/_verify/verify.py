@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nccl_tests
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia_packaging import upstream_version
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia_packaging import upstream_version
 
 FIELDS = ("gpu_count", "gpu_models", "driver", "cuda", "nccl", "torch")
 TITLES = {"gpu_count": "GPUs", "gpu_models": "model", "driver": "driver", "cuda": "CUDA", "nccl": "NCCL",
@@ -63,7 +63,7 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
 def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any],
                     acknowledged: Mapping[str, Any], xid_check_required: Mapping[str, Any] | None = None
                     ) -> dict[str, list[gpu_gate.Finding]]:
-    """The GPU health gate's findings on each node (module_utils/gpu_gate.py, as train.yml's preflight judges them,
+    """The GPU health gate's findings on each node (plugin_utils/_control/gpu_gate.py, as train.yml's preflight judges them,
     with every GPU counted as one a job takes); a bad acknowledgement time is the node's finding."""
     required = xid_check_required or {}
     return {host: gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host),

@@ -4,13 +4,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The second half of a job's plan: what every node's probe decides, once, on the controller.
 
-plugins/plugin_utils/plan.py (through the job_plan action) decides what the inventory and the inputs alone decide:
+plugins/plugin_utils/_control/plan.py (through the job_plan action) decides what the inventory and the inputs alone decide:
 the nodes in rank order, the master, the launcher, the scheduler, the image. Then gpufleet.cluster.node_probe runs
 on every node, read-only, and this module reads all the probes together and decides the rest (the job_nodes
 action is its thin wrapper): each node's problem, if any, in the order the role reports them; the nodes where the
 job is still running, and the refusal unless force=true; each node's number of ranks, the world size and the
-slots; the rendezvous and relaunch ports (plugin_utils/ports.py); and, under Slurm, what to ask of Slurm's nodes
-(plugin_utils/slurm_batch.py). The role asserts what this returns and hands each node its part; it computes
+slots; the rendezvous and relaunch ports (plugin_utils/_control/ports.py); and, under Slurm, what to ask of Slurm's nodes
+(plugin_utils/_control/slurm_batch.py). The role asserts what this returns and hands each node its part; it computes
 nothing across hosts itself.
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import runtimes, schedulers
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import ports, slurm_batch
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import ports, slurm_batch
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str
 
 def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None
                  ) -> list[gpu_gate.Finding]:
-    """The GPU health gate's findings on the node (module_utils/gpu_gate.py), judged against its settings and the
+    """The GPU health gate's findings on the node (plugin_utils/_control/gpu_gate.py), judged against its settings and the
     ranks it runs (the GPUs its job takes). A bad acknowledgement time is refused as the node's finding."""
     return gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
                           used=nproc, allow_busy=settings.allow_busy,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_hardware
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError, driver_branch
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import nvidia_hardware
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia import StackError, driver_branch
 
 # The CUDA major each driver branch reports, from the minimum driver of each major's first release (CUDA Toolkit
 # Release Notes, table "CUDA Toolkit and Corresponding Driver Versions": 11.0 needs 450, 12.0 525, 13.0 580).

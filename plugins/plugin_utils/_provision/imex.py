@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils import nvidia_packaging
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import nvidia_packaging
 
 VARIABLE = "nvidia_imex_nodes"
 

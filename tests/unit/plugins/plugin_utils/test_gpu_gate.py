@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
 
 T0 = datetime.datetime(2026, 11, 25, 10, 2, 11, tzinfo=datetime.timezone.utc).timestamp()
 

@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.plan import PlanError
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 PULL_POLICIES = ("missing", "always", "never")
 # The resources docker run --ulimit and podman run --ulimit take (the names of setrlimit's RLIMIT_*).

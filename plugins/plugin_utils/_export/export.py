@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.slurm_batch import sbatch_head
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.slurm_batch import sbatch_head
 
 FORMATS = ("sbatch", "trainjob", "pytorchjob", "mpijob")
 # What each format can start the ranks with (an MPIJob's launcher is mpirun).

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from typing import Any, Mapping, Sequence
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.stack_groups import rank_list, where
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.stack_groups import rank_list, where
 
 DUMP_NAME = re.compile(r"^rank_(\d+)$")
 # What torch's analyser says that is a verdict (torch/distributed/flight_recorder/components/utils.py).

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The GPU health gate: what a node's health (gpu_health.read) means for a launch, in one place. Each finding
 names the GPU (index and bus id), the fact and the fix; a refusal stops the launch before anything is changed, a
-warning is shown and the launch goes on. Read by the launch's plan (plugin_utils/node_plan.py) and verify.yml."""
+warning is shown and the launch goes on. Read by the launch's plan (plugin_utils/_control/node_plan.py) and verify.yml."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.nvidia import StackError, cuda_major_minor
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia import StackError, cuda_major_minor
 
 # Compute capability by PCI device ID. NVIDIA gives each product's device ID in the driver README, Appendix A
 # "Supported NVIDIA GPU Products", and each product's compute capability at developer.nvidia.com/cuda-gpus;
