@@ -23,9 +23,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "plugins", "module_utils"))
+sys.path.insert(0, os.path.join(REPO, "collections"))
 
-import gpu_health  # noqa: E402  (standard library only: imported from its folder, no collection needed)
+# The node runtime needs the standard library alone: imported through the checkout's collections/ link, no Ansible.
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health, gpu_watch  # noqa: E402
 
 QUERY = ",".join(field for _key, field in gpu_health.HEALTH_FIELDS)
 CALLS = {
@@ -34,6 +35,11 @@ CALLS = {
     "nvidia-smi-query-fabric": ["nvidia-smi", "--query-gpu=index,fabric.state,fabric.status,gpu_recovery_action",
                                 "--format=csv"],
     "nvidia-smi-query-unknown-field": ["nvidia-smi", "--query-gpu=index,no.such.field", "--format=csv"],
+    "nvidia-smi-query-watch": ["nvidia-smi", "--query-gpu=" + ",".join(field for _key, field in gpu_watch.SAMPLE_FIELDS),
+                               "--format=csv,noheader,nounits"],
+    "nvidia-smi-query-persistence": ["nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader"],
+    "nvidia-smi-query-check": ["nvidia-smi", "--query-gpu=driver_version,compute_cap,name,pci.device_id",
+                               "--format=csv,noheader"],
     "nvidia-smi-compute-apps": ["nvidia-smi", "--query-compute-apps=gpu_bus_id,pid,process_name,used_memory",
                                 "--format=csv,noheader,nounits"],
     "nvidia-smi-nvlink-status": ["nvidia-smi", "nvlink", "--status"],
@@ -65,11 +71,25 @@ def kmsg_records(limit: int = 40) -> dict:
     return {"first": records[:limit], "nvidia": nvidia[-200:], "records": len(records)}
 
 
+def readers() -> dict:
+    """What the readers themselves make of this machine: gpu_health.read (the gate's and the report's one pass) and
+    the supervisor's kernel-log follower on /dev/kmsg, the character device production reads."""
+    found: dict = {}
+    try:
+        found["gpu_health.read"] = gpu_health.read()
+    except Exception as exc:  # pylint: disable=broad-except  (a capture keeps what went wrong, and goes on)
+        found["gpu_health.read"] = {"exception": repr(exc)}
+    follower = gpu_watch.KernelFollower(gpu_health.KMSG)
+    found["kernel_follower"] = {"error": follower.error, "new_records": follower.new_records() if not follower.error
+                                else []}
+    return found
+
+
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "logs", "gpu-check", "captures.json")
     captured = {"taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.uname()._asdict(),
                 "uid": os.getuid(), "calls": {name: run(argv) for name, argv in CALLS.items()},
-                "kmsg": kmsg_records()}
+                "kmsg": kmsg_records(), "readers": readers()}
     if os.getuid() == 0 and shutil.which("runuser"):
         captured["calls"]["journalctl-grep-as-nobody"] = run(["runuser", "-u", "nobody", "--"] + CALLS["journalctl-grep"])
         captured["calls"]["journalctl-last-as-nobody"] = run(["runuser", "-u", "nobody", "--"] + CALLS["journalctl-last"])

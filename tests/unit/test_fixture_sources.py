@@ -5,6 +5,7 @@ A fixture written by the same hands as its reader carries the reader's misreadin
 from: a real capture, verbatim from the tool's own source or docs or a public report, or marked hand-made where
 nothing real was found."""
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ FIXTURES = os.path.join(HERE, "..", "fixtures")
 sys.path.insert(0, os.path.join(HERE, "..", "cluster"))
 
 import standin_repo  # noqa: E402  (tests/cluster, the stand-in packages)
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health  # noqa: E402
 
 # The folders that hold an outside tool's output (the others hold gpufleet's own inputs or CRD schemas).
 TOOL_CORPORA = ("dcgm", "journalctl", "kmsg", "nvidia_smi")
@@ -98,3 +100,58 @@ def test_the_stand_in_package_carries_the_corpus_documents_it_replays():
     for name, _code in standin_repo.DCGM_REPLAYS.values():
         with open(os.path.join(FIXTURES, "dcgm", name)) as handle:
             assert files["%s/%s" % (standin_repo.DCGM_CORPUS, name)] == handle.read()
+
+
+NVIDIA_SMI = os.path.join(HERE, "..", "cluster", "scripts", "nvidia_smi_standin.py")
+SMI_CORPUS = os.path.join(FIXTURES, "nvidia_smi")
+
+
+def _smi_capture(name):
+    with open(os.path.join(SMI_CORPUS, name)) as handle:
+        return handle.read()
+
+
+def _h200_state(name):
+    """The stand-in's state for the captured H200, each field's value as that capture printed it (units dropped)."""
+    lines = _smi_capture(name).splitlines()
+    row = lines[1] if lines[0].startswith("index") else lines[0]
+    fields = [field for _key, field in gpu_health.HEALTH_FIELDS]
+    values = [value.strip() for value in row.split(",")]
+    values = [value.rsplit(" ", 1)[0] if value.rsplit(" ", 1)[-1] in ("%", "MiB", "W", "MHz") else value
+              for value in values]
+    gpu = dict(zip(fields, values))
+    del gpu["index"]  # the stand-in numbers its GPUs in order, as nvidia-smi does
+    return fields, {"driver": gpu.pop("driver_version"), "gpus": [gpu],
+                    "processes": [{"gpu": 0, "pid": 615, "name": "python3", "memory": 1634}]}
+
+
+def _standin_smi(tmp_path, state, *args):
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(state))
+    return subprocess.run([sys.executable, NVIDIA_SMI, *args], capture_output=True, text=True, check=False,
+                          env=dict(os.environ, GPUFLEET_STANDIN_GPUS=str(path)), timeout=30)
+
+
+@pytest.mark.parametrize("capture, options", [("h200-query-health.csv", "csv,noheader,nounits"),
+                                              ("h200-query-health-header.csv", "csv")])
+def test_the_standin_nvidia_smi_prints_the_real_h200s_health_query_byte_for_byte(tmp_path, capture, options):
+    fields, state = _h200_state(capture)
+    done = _standin_smi(tmp_path, state, "--query-gpu=" + ",".join(fields), "--format=" + options)
+    assert (done.stdout, done.returncode) == (_smi_capture(capture), 0)
+
+
+@pytest.mark.parametrize("args, capture, code", [
+    (["--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits"],
+     "h200-compute-apps.csv", 0),
+    (["--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv"],
+     "h200-compute-apps-header.csv", 0),
+    (["-L"], "h200-list.txt", 0),
+    (["nvlink", "--status"], "h200-nvlink-status.txt", 0),
+    (["--query-gpu=index,no.such.field", "--format=csv"], "h200-query-unknown-field.txt", 2),
+    (["--query-gpu=persistence_mode", "--format=csv,noheader"], "h200-query-persistence.csv", 0),
+])
+def test_the_standin_nvidia_smi_answers_the_other_calls_as_the_real_h200_did(tmp_path, args, capture, code):
+    _fields, state = _h200_state("h200-query-health.csv")
+    state["gpus"][0]["memory.used"] = 1643  # as while the captured process held its memory
+    done = _standin_smi(tmp_path, state, *args)
+    assert (done.stdout, done.returncode) == (_smi_capture(capture), code)

@@ -14,6 +14,11 @@ A GPU's fields default to an idle, healthy H100 SXM (below). "lost": nvidia-smi 
 fallen off the bus ("Unable to determine the device handle for GPU0000:18:00.0: Unknown Error", exit 15, "GPU is
 lost" in nvidia-smi(1)'s return values); "reset": its fields read "[GPU requires reset]". A field nvidia-smi does
 not know is refused as nvidia-smi refuses it. What this does not do: anything a GPU does; its figures are the file's.
+
+Its formats are a real nvidia-smi's (tests/fixtures/nvidia_smi/h200-*, captured on an H200 with driver 580.159.04):
+the header's names and units, the units after values, the refusal's empty line, no output from `nvlink --status` for
+a GPU without NVLink. tests/unit/test_fixture_sources.py checks that, given that GPU's values, it prints those
+captures byte for byte.
 """
 
 import json
@@ -27,18 +32,33 @@ DEFAULTS = {
     "name": "NVIDIA H100 80GB HBM3", "temperature.gpu": 31, "utilization.gpu": 0, "memory.used": 0,
     "memory.total": 81559, "power.draw": 69.52, "clocks.sm": 345, "clocks.max.sm": 1980,
     "clocks_event_reasons.active": "0x0000000000000001", "ecc.errors.uncorrected.volatile.total": 0,
-    "retired_pages.pending": "No", "remapped_rows.pending": "No", "remapped_rows.failure": "No",
+    # Hopper remaps rows and retires no pages: "[N/A]", as the H200 capture has it.
+    "retired_pages.pending": "[N/A]", "remapped_rows.pending": "No", "remapped_rows.failure": "No",
     "pcie.link.width.current": 16, "pcie.link.width.max": 16, "persistence_mode": "Enabled",
-    # No NVLink fabric on this stand-in node ([N/A], as nvidia-smi(1) says of a field a GPU does not have), and no
-    # recovery action pending ("None", NVML's NVML_GPU_RECOVERY_ACTION_NONE). Hand-made: no real capture of these
-    # fields' CSV values was found.
-    "fabric.state": "[N/A]", "fabric.status": "[N/A]", "gpu_recovery_action": "None",
+    # No NVLink fabric and no recovery action pending, as the H200 capture (a GPU without a fabric) prints them.
+    "fabric.state": "N/A", "fabric.status": "N/A", "gpu_recovery_action": "None",
 }
 ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "gpu_name": "name",
            "gpu_bus_id": "pci.bus_id", "gpu_uuid": "uuid"}
 UNITS = {"memory.used": " MiB", "memory.total": " MiB", "power.draw": " W", "clocks.sm": " MHz",
          "clocks.max.sm": " MHz", "utilization.gpu": " %", "used_memory": " MiB"}
 APP_FIELDS = ("gpu_bus_id", "gpu_uuid", "pid", "process_name", "name", "used_memory")
+# How the header names a field where it is not the field's own name (the H200 capture), before its unit.
+HEADER_NAMES = {"clocks.sm": "clocks.current.sm", "used_memory": "used_gpu_memory"}
+
+
+def header(fields: list) -> str:
+    names = []
+    for field in fields:
+        name = ALIASES.get(field, field) if field not in APP_FIELDS else field
+        unit = UNITS.get(name, "").strip()
+        names.append(HEADER_NAMES.get(field, field) + (" [%s]" % unit if unit else ""))
+    return ", ".join(names)
+
+
+def refuse(field: str) -> int:
+    print('Field "%s" is not a valid field to query.\n' % field)
+    return 2
 
 
 def load() -> dict:
@@ -68,10 +88,9 @@ def query_gpu(fields: list, options: str, state: dict) -> int:
     known = set(DEFAULTS) | set(ALIASES) | {"index", "uuid", "pci.bus_id", "driver_version", "count"}
     for field in fields:
         if field not in known:
-            print('Field "%s" is not a valid field to query.' % field)
-            return 2
+            return refuse(field)
     if "noheader" not in options:
-        print(", ".join(fields))
+        print(header(fields))
     code = 0
     for gpu in gpus(state):
         if gpu.get("state") == "lost":
@@ -92,11 +111,10 @@ def query_gpu(fields: list, options: str, state: dict) -> int:
 def query_apps(fields: list, options: str, state: dict) -> int:
     for field in fields:
         if field not in APP_FIELDS:
-            print('Field "%s" is not a valid field to query.' % field)
-            return 2
+            return refuse(field)
     by_index = {gpu["index"]: gpu for gpu in gpus(state)}
     if "noheader" not in options:
-        print(", ".join(fields))
+        print(header(fields))
     for process in state.get("processes") or []:
         gpu = by_index[process.get("gpu", 0)]
         values = {"gpu_bus_id": gpu["pci.bus_id"], "gpu_uuid": gpu["uuid"], "pid": process["pid"],
@@ -108,8 +126,10 @@ def query_apps(fields: list, options: str, state: dict) -> int:
 
 def nvlink_status(state: dict) -> int:
     for gpu in gpus(state):
-        print("GPU %d: %s (UUID: %s)" % (gpu["index"], gpu["name"], gpu["uuid"]))
-        for number, link in enumerate((state.get("nvlink") or {}).get(str(gpu["index"]), [])):
+        links = (state.get("nvlink") or {}).get(str(gpu["index"]), [])
+        if links:  # a GPU without NVLink gets no line at all
+            print("GPU %d: %s (UUID: %s)" % (gpu["index"], gpu["name"], gpu["uuid"]))
+        for number, link in enumerate(links):
             print("\t Link %d: %s" % (number, link))
     return 0
 

@@ -324,3 +324,48 @@ def test_one_pass_reads_everything_of_a_two_gpu_node(tmp_path):
     assert len(found["gpus"]) == 2 and found["processes"] == [] and found["xids"] == []
     assert found["nvlink"] == {"0": {"up": 1, "down": []}, "1": {"up": 1, "down": []}}
     assert [cmd[1] for cmd in run.calls] == [run.calls[0][1], run.calls[1][1], "nvlink"]  # three calls in all
+
+
+# A real H200 (tests/fixtures/nvidia_smi/h200-*, captured on a lent machine, driver 580.159.04): each call the reader
+# makes answered with what nvidia-smi printed there, its exit code too.
+H200 = {
+    "--query-gpu=" + ",".join(field for _key, field in gpu_health.HEALTH_FIELDS): ("h200-query-health.csv", 0),
+    "--query-compute-apps=gpu_bus_id,pid,process_name,used_memory": ("h200-compute-apps.csv", 0),
+    "nvlink": ("h200-nvlink-status.txt", 0),
+}
+
+
+def real_h200(cmd, **_kwargs):
+    name, code = H200[cmd[1]]
+    with open(os.path.join(SMI, name)) as handle:
+        return subprocess.CompletedProcess(cmd, code, handle.read(), "")
+
+
+def test_a_real_h200s_answers_read_as_one_healthy_gpu_without_fabric_nvlink_or_pending_action(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "615").mkdir(parents=True)
+    (proc / "615" / "status").write_text("Name:\tpython3\nUid:\t0\t0\t0\t0\n")
+    log = tmp_path / "kmsg"
+    with open(os.path.join(KMSG, "h200-vm-nvrm-records.txt")) as handle:
+        log.write_text(handle.read())
+    found = gpu_health.read(str(log), run=real_h200, proc=str(proc))
+    assert found["error"] == "" and found["lost"] == [] and found["xids"] == []
+    (gpu,) = found["gpus"]
+    assert gpu == {"index": 0, "uuid": "GPU-22abeb42-7052-94ae-7de3-763221a73c2f", "bus_id": "00000000:00:06.0",
+                   "name": "NVIDIA H200", "driver": "580.159.04", "error": "", "temperature": 40.0,
+                   "utilization": 0.0, "memory_used": 0.0, "memory_total": 143771.0, "power": 77.26,
+                   "sm_clock": 345.0, "sm_clock_max": 1980.0, "ecc_uncorrected": 0.0, "pcie_width": 16.0,
+                   "pcie_width_max": 16.0, "event_reasons": 1,
+                   # Hopper retires no pages: "[N/A]" is not pending; the fabric fields read "N/A", no brackets.
+                   "retired_pending": False, "remap_pending": False, "remap_failure": False,
+                   "fabric_state": None, "fabric_status": None, "recovery_action": "None"}
+    assert found["processes"] == [{"bus_id": "00000000:00:06.0", "pid": 615, "command": "python3", "memory": 1634.0,
+                                   "user": "root"}]
+    assert found["nvlink"] == {}  # one GPU: nvlink --status is not asked (and printed nothing there)
+    assert gpu_health.nvlink_states(real_h200) == {}
+
+
+def test_the_refusal_of_a_field_a_real_driver_does_not_know_is_read_as_such():
+    with open(os.path.join(SMI, "h200-query-unknown-field.txt")) as handle:
+        refusal = handle.read()
+    assert gpu_health._INVALID_FIELD.search(refusal).group(1) == "no.such.field"  # pylint: disable=protected-access
