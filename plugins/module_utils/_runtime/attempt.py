@@ -22,6 +22,7 @@ from typing import Protocol
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import describe, ending_on_its_own, failed_before
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch,
     _set_parent_death_signal,
@@ -120,13 +121,14 @@ class Attempt:
         node.log("node_rank %s takes part through node 0's %s: its ranks' output is in node 0's log"
                  % (node.spec["node_rank"], node.spec.get("launcher")))
         gang = node.gang
-        leader: dict = {}
+        leader: Heartbeat | None = None
         stopping: StopReason | None = None
         while True:
             node.ranks.scan()
             node.tick(HeartbeatPhase.RUNNING)
-            leader = gang.news.get(0) or {} if isinstance(gang, Gang) else {}
-            if leader.get("attempt") == node.attempt and leader.get("phase") == HeartbeatPhase.ENDED or leader.get("final"):
+            leader = gang.news.get(0) if isinstance(gang, Gang) else None
+            if leader is not None and (leader.attempt == node.attempt and leader.phase == HeartbeatPhase.ENDED
+                                       or leader.final):
                 break
             stopping = node.stop_decision()
             if stopping is not None:
@@ -137,7 +139,7 @@ class Attempt:
         end_run(node.token, node.grace_s)
         ended = PartOutcome(JobState.SUCCEEDED, 0, attempt=node.attempt, master_port=self.port, ended_at=time.time(),
                             first_exit_at=node.ranks.first_exit_at)
-        if stopping is None and leader.get("outcome") != JobState.SUCCEEDED:
+        if stopping is None and leader is not None and leader.outcome != JobState.SUCCEEDED:
             stopping = StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(gang.host(0), 0, leader),
                                   gang.host(0))
         return ended if stopping is None else ended.stopped(stopping, exit_code=1)

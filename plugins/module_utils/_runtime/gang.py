@@ -8,6 +8,7 @@ standard library only, Python 3.8+."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import hmac
@@ -16,6 +17,7 @@ import select
 import socket
 import time
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults, HeartbeatPhase
 
 
@@ -76,10 +78,10 @@ class Gang:
         self.join_timeout_s = float(spec.get("join_timeout_s", Defaults.JOIN_TIMEOUT_S))
         self.started = clock()
         self.heard: dict[int, float] = {}
-        self.news: dict[int, dict] = {}
+        self.news: dict[int, Heartbeat] = {}
         # Each peer's last news of each attempt: a peer that has moved on to the next attempt has overwritten its news
         # of the one this node is still ending (news_of).
-        self.attempt_news: dict[tuple[int, int], dict] = {}
+        self.attempt_news: dict[tuple[int, int], Heartbeat] = {}
         # Per peer, the least (this node's wall clock on arrival - the peer's on sending) over its heartbeats: how far
         # the peer's clock is behind this node's, plus the shortest trip (the events' timeline aligns by it).
         self.offsets: dict[int, float] = {}
@@ -87,7 +89,7 @@ class Gang:
         # ready (spares.py). A spare's node_rank before it takes a node's place is len(nodes) + its index.
         self.spares = [(str(host), str(address)) for host, address in spec.get("spares") or []]
         self.spare_heard: dict[str, float] = {}
-        self.spare_news: dict[str, dict] = {}
+        self.spare_news: dict[str, Heartbeat] = {}
         self.joined: dict[int, float] = {}  # when a spare took each replaced rank: its join is counted from then
         self.me = (self.nodes + self.spares)[self.rank]
         self.sock = bind_own_address(socket.SOCK_DGRAM, self.me[1], self.port)
@@ -102,10 +104,10 @@ class Gang:
         """The hosts of the job's node ranks now, in rank order (a spare in the place of a node it replaced)."""
         return [host for host, _address in self.nodes]
 
-    def send(self, message: dict) -> None:
-        message = dict(message, run=self.run_id, rank=self.rank, host=self.me[0], sent_at=time.time(),
-                       members=self.members() if self.spares else None)
-        datagram = sign(self.key, message)
+    def send(self, beat: Heartbeat) -> None:
+        beat = dataclasses.replace(beat, run=self.run_id, rank=self.rank, host=self.me[0], sent_at=time.time(),
+                                   members=tuple(self.members()) if self.spares else None)
+        datagram = sign(self.key, beat.to_wire())
         for address in [self.nodes[rank][1] for rank in self.peers()] + [
                 address for host, address in self.spares if host != self.me[0] and host not in self.members()]:
             try:
@@ -129,7 +131,7 @@ class Gang:
         now = self.clock()
         return [host for host, _address in self.spares if host not in self.members()
                 and now - self.spare_heard.get(host, float("-inf")) <= self.lost_after_s
-                and self.spare_news.get(host, {}).get("phase") == HeartbeatPhase.STANDBY]
+                and host in self.spare_news and self.spare_news[host].phase == HeartbeatPhase.STANDBY]
 
     def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
         """Take in every heartbeat that arrives within timeout_s; call on_extra(extra[fd]) for ready extra fds."""
@@ -149,26 +151,26 @@ class Gang:
             except OSError:
                 return
             message = verify(self.key, datagram)
-            if message and message.get("run") == self.run_id:
-                self._take(message)
+            beat = Heartbeat.from_wire(message) if message else None
+            if beat and beat.run == self.run_id:
+                self._take(beat)
 
-    def _take(self, message: dict) -> None:
+    def _take(self, beat: Heartbeat) -> None:
         """Note an authentic heartbeat of this run: a member's (by rank, from the host that holds that rank now; a
         node a spare replaced is not heard any more) or a spare's."""
-        rank, host = message.get("rank"), message.get("host")
-        if isinstance(rank, int) and rank in self.peers() and host in (None, self.nodes[rank][0]):
+        rank, host = beat.rank, beat.host
+        if rank in self.peers() and host in (None, self.nodes[rank][0]):
             self.heard[rank] = self.clock()
-            self.news[rank] = message
-            if isinstance(message.get("attempt"), int):
-                self.attempt_news[(rank, message["attempt"])] = message
-            if isinstance(message.get("sent_at"), (int, float)):
-                offset = time.time() - float(message["sent_at"])
+            self.news[rank] = beat
+            self.attempt_news[(rank, beat.attempt)] = beat
+            if beat.sent_at is not None:
+                offset = time.time() - beat.sent_at
                 self.offsets[rank] = min(offset, self.offsets.get(rank, offset))
         elif host in dict(self.spares) and host not in self.members():
             self.spare_heard[host] = self.clock()
-            self.spare_news[host] = message
+            self.spare_news[host] = beat
 
-    def news_of(self, rank: int, attempt: int) -> dict | None:
+    def news_of(self, rank: int, attempt: int) -> Heartbeat | None:
         """Peer rank's last news of attempt (its part of it as it last told), or None if none arrived here."""
         return self.attempt_news.get((rank, attempt))
 
@@ -177,7 +179,7 @@ class Gang:
         now = self.clock()
         found = []
         for rank in self.peers():
-            if self.news.get(rank, {}).get("final"):
+            if rank in self.news and self.news[rank].final:
                 continue  # it has ended for good and said so
             heard = self.heard.get(rank)
             if heard is None:
@@ -208,9 +210,9 @@ class Gang:
         """How long peer rank's log has been silent in this attempt, as of now, from its last heartbeat; None if
         unknown (or its news is of another attempt)."""
         news, heard = self.news.get(rank), self.heard.get(rank)
-        if not news or heard is None or not isinstance(news.get("silent_s"), (int, float)) or news.get("attempt") != attempt:
+        if news is None or heard is None or news.silent_s is None or news.attempt != attempt:
             return None
-        return float(news["silent_s"]) + (self.clock() - heard)
+        return news.silent_s + (self.clock() - heard)
 
     def close(self) -> None:
         self.sock.close()
@@ -224,7 +226,7 @@ class LoneNode:
     lost_after_s = 0.0
 
     def __init__(self) -> None:
-        self.news: dict[int, dict] = {}
+        self.news: dict[int, Heartbeat] = {}
         self.heard: dict[int, float] = {}
         self.offsets: dict[int, float] = {}
 
@@ -234,7 +236,7 @@ class LoneNode:
     def host(self, rank: int) -> str:
         raise KeyError("a lone node has no peer %d" % rank)
 
-    def send(self, message: dict) -> None:
+    def send(self, beat: Heartbeat) -> None:
         pass
 
     def receive(self, timeout_s: float, extra: dict | None = None, on_extra=None) -> None:
@@ -244,7 +246,7 @@ class LoneNode:
         for fd in ready:
             on_extra(extra[fd])
 
-    def news_of(self, rank: int, attempt: int) -> dict | None:
+    def news_of(self, rank: int, attempt: int) -> Heartbeat | None:
         return None
 
     def lost(self) -> list[int]:

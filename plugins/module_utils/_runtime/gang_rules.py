@@ -13,46 +13,46 @@ silent for hang_timeout_s. Shipped to the nodes as part of the supervisor; stand
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     GANG_FAILURE_STATES,
-    STOPPED_FOR,
     HeartbeatPhase,
     JobState,
     StopReason,
 )
 
 
-def gang_failure(gang: Gang, attempt: int) -> tuple[int, dict] | None:
+def gang_failure(gang: Gang, attempt: int) -> tuple[int, Heartbeat] | None:
     """The first peer (by rank) whose part of this attempt ended in a way that ends it for everyone."""
     for rank in gang.peers():
-        news = gang.news.get(rank) or {}
-        if (news.get("attempt") == attempt and news.get("outcome") in GANG_FAILURE_STATES
-                and not news.get(STOPPED_FOR)):
+        news = gang.news.get(rank) or Heartbeat(rank=rank)
+        if news.attempt == attempt and news.outcome in GANG_FAILURE_STATES and not news.stopped_for:
             return rank, news
-        if news.get("final") and news.get("attempt", 0) < attempt:
+        if news.final and news.attempt < attempt:
             # Its last heartbeat said its part ended, finally, in an earlier attempt.
-            return rank, dict(news, outcome=HeartbeatPhase.ENDED,
-                              reason="it has ended and will not take part in attempt %d" % attempt)
+            return rank, dataclasses.replace(news, outcome=HeartbeatPhase.ENDED,
+                                             reason="it has ended and will not take part in attempt %d" % attempt)
     return None
 
 
-def describe(host: str, rank: int, news: dict) -> str:
+def describe(host: str, rank: int, news: Heartbeat) -> str:
     """One clause saying what ended a node's part, for stop reasons and the report."""
-    what = news.get("outcome")
-    if what == JobState.FAILED and news.get("reason") and (news.get("exit_code") is None or news.get("hardware_fault")):
+    what = news.outcome
+    if what == JobState.FAILED and news.reason and (news.exit_code is None or news.hardware_fault):
         # Failing, before its part has ended; or ended by a hardware fault, which says more than the exit code.
-        return "%s (node_rank %d) failed: %s" % (host, rank, news["reason"])
+        return "%s (node_rank %d) failed: %s" % (host, rank, news.reason)
     if what == JobState.FAILED:
-        code = news.get("signal") or "exit code %s" % news.get("exit_code")
+        code = news.signal or "exit code %s" % news.exit_code
         return "%s (node_rank %d) failed with %s" % (host, rank, code)
     if what == JobState.HUNG:
         return "%s (node_rank %d) found the job hung" % (host, rank)
     if what == HeartbeatPhase.ENDED:
-        return "%s (node_rank %d) %s" % (host, rank, news.get("reason"))
-    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.get("reason") or "stop requested")
+        return "%s (node_rank %d) %s" % (host, rank, news.reason)
+    return "%s (node_rank %d) was stopped (%s)" % (host, rank, news.reason or "stop requested")
 
 
 def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:
@@ -66,10 +66,10 @@ def failure_reason(gang: Gang | LoneNode, attempt: int) -> StopReason | None:
         return None
     rank, news = failure
     host = gang.host(rank)
-    if news.get("outcome") == JobState.HUNG:
-        return StopReason(JobState.HUNG, str(news.get("reason")), None, True)
+    if news.outcome == JobState.HUNG:
+        return StopReason(JobState.HUNG, str(news.reason), None, True)
     return StopReason(JobState.STOPPED, "stopped by gpufleet: %s" % describe(host, rank, news), host,
-                      bool(news.get("stacks_wanted")))
+                      news.stacks_wanted)
 
 
 def lost_reason(gang: Gang | LoneNode, lost: list[int]) -> StopReason:
@@ -117,20 +117,22 @@ def failed_before(stopping: StopReason, returncode: int, first_exit_at: float | 
             and first_exit_at < stop_decided_at)
 
 
-def peer_done(news: dict, attempt: int) -> bool:
+def peer_done(news: Heartbeat | None, attempt: int) -> bool:
     """Whether a peer's part of this attempt has ended (or it has moved on, or ended for good), by its news."""
-    if news.get("final") or news.get("attempt", 0) > attempt:
+    if news is None:
+        return False
+    if news.final or news.attempt > attempt:
         return True
-    return news.get("attempt") == attempt and news.get("phase") == HeartbeatPhase.ENDED
+    return news.attempt == attempt and news.phase == HeartbeatPhase.ENDED
 
 
-def no_restart_for(parts: list[dict]) -> str | None:
+def no_restart_for(parts: list[Heartbeat]) -> str | None:
     """Why a failed attempt is not launched again although restarts remain, else None: a node's part ended for a
     hardware fault of its GPUs (gpu_watch.py's XID), which a restart on the same nodes would meet again."""
     for part in parts:
-        if part.get("hardware_fault"):
+        if part.hardware_fault:
             return ("not restarting: %s is a hardware fault, which a restart on the same nodes would meet again"
-                    % (part.get("reason") or "a GPU fault"))
+                    % (part.reason or "a GPU fault"))
     return None
 
 
@@ -144,19 +146,18 @@ RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason"
 SpareView = collections.namedtuple("SpareView", ("members", "ready", "rank", "announced"), defaults=(None,))
 
 
-def _failed_on_its_own(parts: list[dict]) -> list[dict]:
+def _failed_on_its_own(parts: list[Heartbeat]) -> list[Heartbeat]:
     """The parts that failed or hung by themselves (not stopped for another node's failure), by node rank."""
-    return sorted((p for p in parts if p.get("outcome") in (JobState.FAILED, JobState.HUNG) and not p.get(STOPPED_FOR)),
-                  key=lambda p: int(p.get("rank", 0)))
+    return sorted((p for p in parts if p.outcome in (JobState.FAILED, JobState.HUNG) and not p.stopped_for),
+                  key=lambda p: p.rank)
 
 
-def failure_signature(parts: list[dict]) -> tuple:
+def failure_signature(parts: list[Heartbeat]) -> tuple:
     """What failed, alike on every node that heard the same parts: each part that failed by itself, by node rank,
     with its outcome and exit code or signal (a hang: the outcome and the frame the ranks were in, where stacks were
     taken; a hardware fault: its reason)."""
-    return tuple((int(p.get("rank", -1)), str(p.get("outcome")),
-                  p.get("hung_in") if p.get("outcome") == JobState.HUNG else (p.get("signal") or p.get("exit_code")),
-                  p.get("reason") if p.get("hardware_fault") else None) for p in _failed_on_its_own(parts))
+    return tuple((p.rank, str(p.outcome), p.hung_in if p.outcome == JobState.HUNG else (p.signal or p.exit_code),
+                  p.reason if p.hardware_fault else None) for p in _failed_on_its_own(parts))
 
 
 def _cut_off(lost: list[int], view: SpareView) -> str | None:
@@ -178,19 +179,19 @@ def replacement(bad: list[int], view: SpareView) -> dict[int, str]:
     return dict(zip(ranks, view.ready))
 
 
-def _replacing(parts: list[dict], lost: dict, view: SpareView | None) -> tuple[dict[int, str], str | None]:
+def _replacing(parts: list[Heartbeat], lost: dict, view: SpareView | None) -> tuple[dict[int, str], str | None]:
     """The spares that take the places of the lost nodes and of those with a hardware fault, or why the gang cannot
     go on (cut off; not enough spares: None then, for the caller to say what failed)."""
     members = view.members if view else []
     lost_ranks = [members.index(host) for host in lost if host in members]
-    bad = lost_ranks + [int(p.get("rank", -1)) for p in parts if p.get("hardware_fault")]
+    bad = lost_ranks + [p.rank for p in parts if p.hardware_fault]
     if not bad or view is None:
         return {}, None
     cut_off = _cut_off(lost_ranks, view) if lost_ranks else None
     return ({}, cut_off) if cut_off else (replacement(bad, view), None)
 
 
-def _follow(parts: list[dict], view: SpareView) -> RestartDecision:
+def _follow(parts: list[Heartbeat], view: SpareView) -> RestartDecision:
     """A peer decided the next attempt first (it heard a loss sooner; view.announced): its members are taken as they
     are, so that the gang stays one, unless they leave this node out (it was replaced, by the side that carried on)."""
     members, why = view.announced
@@ -201,7 +202,7 @@ def _follow(parts: list[dict], view: SpareView) -> RestartDecision:
     return RestartDecision(None, why, failure_signature(parts), replaced)
 
 
-def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
+def restart_decision(parts: list[Heartbeat], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
                      min_progress_s: float, lost: dict | None = None, spares: SpareView | None = None
                      ) -> RestartDecision:
     """Whether a failed attempt is launched again (restarts remaining), and with which spares: a lost node (lost:
@@ -223,8 +224,8 @@ def restart_decision(parts: list[dict], host_of: Callable[[int], str], earlier: 
                                % (said, "its" if len(lost) == 1 else "their"), "%s lost" % said, ())
     failed = _failed_on_its_own(parts)
     first = failed[0] if failed else parts[0]
-    rank = int(first.get("rank", 0))
-    reason = str(first.get("reason")) if first.get("outcome") == JobState.HUNG else describe(host_of(rank), rank, first)
+    rank = max(first.rank, 0)
+    reason = str(first.reason) if first.outcome == JobState.HUNG else describe(host_of(rank), rank, first)
     signature = failure_signature(parts)
     refused = None if replaced else no_restart_for(parts)
     if refused is None and earlier == signature and ran_s < min_progress_s:
@@ -240,15 +241,16 @@ def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:
     if not isinstance(gang, Gang):
         return True
     lost = gang.lost()
-    news = {rank: gang.news.get(rank) or {} for rank in gang.peers()}
-    return all(rank in lost or said.get("stacks_taken") or peer_done(said, attempt) for rank, said in news.items())
+    news = {rank: gang.news.get(rank) for rank in gang.peers()}
+    return all(rank in lost or (said is not None and said.stacks_taken) or peer_done(said, attempt)
+               for rank, said in news.items())
 
 
-def attempt_verdict(parts: list[dict], stop_requested: bool) -> str:
+def attempt_verdict(parts: list[Heartbeat], stop_requested: bool) -> str:
     """How an attempt ended for the gang, from every node's part: 'succeeded' (every part succeeded), 'stopped'
     (stopped by a user: no restart) or 'failed' (a part failed or the job hung: a restart may help)."""
-    if all(part.get("outcome") == JobState.SUCCEEDED for part in parts):
+    if all(part.outcome == JobState.SUCCEEDED for part in parts):
         return JobState.SUCCEEDED
-    if stop_requested or any(part.get("outcome") == JobState.STOPPED and not part.get(STOPPED_FOR) for part in parts):
+    if stop_requested or any(part.outcome == JobState.STOPPED and not part.stopped_for for part in parts):
         return JobState.STOPPED
     return JobState.FAILED

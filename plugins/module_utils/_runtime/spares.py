@@ -19,6 +19,7 @@ from typing import Protocol
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
 
 
@@ -52,9 +53,8 @@ def announced(gang: Gang, attempt: int) -> tuple[list[str], str] | None:
     """The members (and why) a peer already in the next attempt says its heartbeats, where they differ from this
     node's: it decided first, and the gang follows it (gang_rules._follow)."""
     for _rank, news in sorted(gang.news.items()):
-        members = news.get("members")
-        if news.get("attempt", 0) > attempt and isinstance(members, list) and members != gang.members():
-            return [str(host) for host in members], str(news.get("restart_reason") or "")
+        if news.attempt > attempt and news.members is not None and list(news.members) != gang.members():
+            return list(news.members), news.restart_reason
     return None
 
 
@@ -69,12 +69,12 @@ def place_env(node: SpareHost) -> dict[str, str]:
             "GPUFLEET_NPROC": str(nproc)}
 
 
-def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[dict]) -> None:
+def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[Heartbeat]) -> None:
     """A member applies the gang's decision: each spare takes its node rank from the next attempt (the heartbeats
     name it there from now on), said in the log, and in state.json under "replaced" (who, by whom, when, why, and
     whether for a hardware fault: the controller then remembers the node, plugin_utils/_control/bad_nodes.py)."""
     records = list(node.state.get("replaced") or [])
-    faulted = {int(part.get("rank", -1)) for part in parts if part.get("hardware_fault")}
+    faulted = {part.rank for part in parts if part.hardware_fault}
     for rank, spare in sorted(replaced.items()):
         old = node.gang.host(rank)
         node.gang.replace(rank, spare)
@@ -85,10 +85,10 @@ def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: li
     node.save(replaced=records, members=node.gang.members())
 
 
-def _placed(gang: Gang) -> dict | None:
+def _placed(gang: Gang) -> Heartbeat | None:
     """The news of a member that names this spare among the node ranks, else None."""
     for _rank, news in sorted(gang.news.items()):
-        if gang.me[0] in (news.get("members") or []):
+        if gang.me[0] in (news.members or ()):
             return news
     return None
 
@@ -96,7 +96,7 @@ def _placed(gang: Gang) -> dict | None:
 def _job_over(gang: Gang) -> bool:
     """Whether the job has ended without this spare: every member has ended for good, or none is heard any more."""
     lost = set(gang.lost())
-    return all(rank in lost or (gang.news.get(rank) or {}).get("final") for rank in gang.peers())
+    return all(rank in lost or (rank in gang.news and gang.news[rank].final) for rank in gang.peers())
 
 
 def stand_by(node: SpareHost) -> bool:
@@ -127,20 +127,20 @@ def unused(node: SpareHost) -> int:
     return 0
 
 
-def _take_place(node: SpareHost, gang: Gang, news: dict) -> None:
+def _take_place(node: SpareHost, gang: Gang, news: Heartbeat) -> None:
     """Become the node rank the members' news names this spare at (and take in every other spare they placed)."""
-    members = list(news["members"])
+    members = list(news.members or ())
     spares = dict(gang.spares)
     for rank, host in enumerate(members):
         if host != gang.host(rank) and host in spares:
             replaced = gang.host(rank)
             gang.replace(rank, host)
             if host == gang.me[0]:
-                node.save(took_place_of={"node_rank": rank, "host": replaced, "attempt": int(news.get("attempt", 1)),
-                                         "why": str(news.get("restart_reason") or "")})
+                node.save(took_place_of={"node_rank": rank, "host": replaced, "attempt": news.attempt or 1,
+                                         "why": news.restart_reason})
     gang.rank = node.node_rank = members.index(gang.me[0])
-    node.attempt = int(news.get("attempt", 1))
-    node.restart_reason = str(news.get("restart_reason") or "")
+    node.attempt = news.attempt or 1
+    node.restart_reason = news.restart_reason
     node.spec["nodes"] = [list(member) for member in gang.nodes]
     node.log("takes node_rank %d in place of %s from attempt %d: %s" % (
         node.node_rank, node.state["took_place_of"]["host"], node.attempt, node.restart_reason))

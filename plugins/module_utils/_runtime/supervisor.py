@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_free_ports
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
@@ -53,7 +54,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rul
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
-    EXIT_CODE_FILE, GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STATE_FILE, STOP_REQUEST_FILE, STOPPED_FOR,
+    EXIT_CODE_FILE, GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STATE_FILE, STOP_REQUEST_FILE,
     Defaults, HeartbeatPhase, JobState, PartOutcome, StopReason, read_stop_request)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime, runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
@@ -113,7 +114,7 @@ class Supervisor:
         self.gpu_watch = GpuWatch(job_dir, self.host, float(spec.get("health_sample_s") or 0),
                                   str(spec.get("health_kernel_log") or KMSG))
         self.gpu_failure: StopReason | None = None
-        self.telling: dict = {}  # what the others hear while this part ends (a GPU fault, a hang)
+        self.telling: Heartbeat | None = None  # what the others hear while this part ends (a GPU fault, a hang)
         self.stacks_taken = False
         self.rank_output = RankOutput(job_dir, os.path.join(job_dir, LOG_FILE), spec)  # DeepSpeed's ranks' files
         self.state.update(self.runtime.state_fields(spec))
@@ -152,17 +153,15 @@ class Supervisor:
         if not force and time.monotonic() < self.next_beat:
             return
         self.next_beat = time.monotonic() + self.gang.heartbeat_s
-        outcome = self.ended.as_dict() if phase == HeartbeatPhase.ENDED and self.ended is not None else {}
-        outcome = outcome or self.telling  # failing now: the others stop before this part has ended
-        self.gang.send({
-            "attempt": self.attempt, "phase": phase, "final": final,
-            "outcome": outcome.get("outcome"), "exit_code": outcome.get("exit_code"),
-            "signal": outcome.get("signal"), "reason": outcome.get("reason"),
-            STOPPED_FOR: outcome.get(STOPPED_FOR), "silent_s": round(self._silence_s(), 1),
-            "hardware_fault": bool(outcome.get("hardware_fault")), "stacks_taken": self.stacks_taken,
-            "stacks_wanted": bool(outcome.get("stacks_wanted")), "restart_reason": self.restart_reason,
-            "hung_in": hung_in(self.state.get("stacks")),
-        })
+        # The part as it ended; failing now (telling), before it has: the others stop sooner.
+        if phase == HeartbeatPhase.ENDED and self.ended is not None:
+            part = Heartbeat.of_part(self.ended, self.node_rank, None)
+        else:
+            part = self.telling or Heartbeat()
+        self.gang.send(dataclasses.replace(
+            part, attempt=self.attempt, phase=phase, final=final, silent_s=round(self._silence_s(), 1),
+            stacks_taken=self.stacks_taken, restart_reason=self.restart_reason,
+            hung_in=hung_in(self.state.get("stacks"))))
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
@@ -193,7 +192,7 @@ class Supervisor:
         if fault is not None:
             if self.gpu_failure is None:
                 self.gpu_failure = StopReason(JobState.FAILED, fault[0], None)
-                self.telling = {"outcome": JobState.FAILED, "reason": fault[0], "hardware_fault": True}
+                self.telling = Heartbeat(outcome=JobState.FAILED, reason=fault[0], hardware_fault=True)
                 self.save(gpu_fault=fault[0], gpu_fault_at=round(fault[1], 3))
                 self._beat(HeartbeatPhase.RUNNING, force=True)
             return self.gpu_failure
@@ -208,7 +207,7 @@ class Supervisor:
     def _dump_stacks(self, stop: StopReason) -> None:
         """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to take theirs; the
         ranks stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
-        self.telling = self.telling or {"outcome": stop.outcome, "reason": stop.reason, "stacks_wanted": True}
+        self.telling = self.telling or Heartbeat(outcome=stop.outcome, reason=stop.reason, stacks_wanted=True)
         self._beat(HeartbeatPhase.RUNNING, force=True)
         self.ranks.scan(now_please=True)  # a rank started since the last scan is read too
         stacks = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.ranks.rank_of_pid
@@ -239,7 +238,7 @@ class Supervisor:
     # -- one attempt (attempt.py runs it) -----------------------------------------------------------------------
 
     def begin_attempt(self) -> None:
-        self.telling, self.stacks_taken = {}, False  # what the others heard while the last attempt ended
+        self.telling, self.stacks_taken = None, False  # what the others heard while the last attempt ended
         self.last_output = self.attempt_started = time.monotonic()
         self.ranks.begin(self.attempt_started)
         try:
@@ -251,14 +250,14 @@ class Supervisor:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
         return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and bool(self.gang.peers())
 
-    def _await_peers(self) -> tuple[str, list[dict]]:
+    def _await_peers(self) -> tuple[str, list[Heartbeat]]:
         """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang,
         with every node's part as heard.
 
         'succeeded' (every part succeeded), 'failed' (a part failed or the job hung: a restart may help), 'stopped'
         (stopped by a user: no restart) or 'lost' (a node stopped answering: no restart either).
         """
-        parts = [dict(self.ended.as_dict(), rank=self.node_rank, hung_in=hung_in(self.state.get("stacks")))]
+        parts = [Heartbeat.of_part(self.ended, self.node_rank, hung_in(self.state.get("stacks")))]
         if self.gang.peers():
             self._beat(HeartbeatPhase.ENDED, force=True)
             # Waiting for the others only matters when the gang may launch again together; a part that failed
@@ -268,7 +267,7 @@ class Supervisor:
                 self.save(phase="this node's part has ended; waiting for the other nodes")
             while self.stop_reason is None and not final:
                 pending = [rank for rank in self.gang.peers()
-                           if not peer_done(self.gang.news.get(rank) or {}, self.attempt)]
+                           if not peer_done(self.gang.news.get(rank), self.attempt)]
                 if not pending:
                     break
                 lost = [rank for rank in pending if rank in self.gang.lost()]
@@ -280,13 +279,13 @@ class Supervisor:
                 # Its news of this attempt, though it may have moved on to the next one already (its latest news is
                 # then of that one); a part this node never heard of counts as failed.
                 news = self.gang.news_of(rank, self.attempt)
-                parts.append(news if news else {"outcome": JobState.FAILED, "rank": rank})
+                parts.append(news if news else Heartbeat.unheard(rank, self.attempt))
         return attempt_verdict(parts, self.stop_reason is not None), parts
 
     def _may_restart(self) -> bool:
         return self.attempt <= self.max_restarts and self.stop_reason is None
 
-    def _restart(self, gang: str, parts: list[dict]) -> bool:
+    def _restart(self, gang: str, parts: list[Heartbeat]) -> bool:
         """Whether the gang launches again, and why (gang_rules.restart_decision); a restart refused (a hardware
         fault; the same failure again soon after a restart) is said in the log and state.json."""
         if gang not in (JobState.FAILED, JobState.LOST) or not self._may_restart():
@@ -334,7 +333,8 @@ class Supervisor:
             if self.gpu_failure is not None:
                 self.ended = dataclasses.replace(self.ended, hardware_fault=True)
             self.state["attempts"].append(self.ended.as_dict())
-            self.events.add("this node's part ended: %s" % describe(self.host, self.node_rank, self.ended.as_dict()))
+            own = Heartbeat.of_part(self.ended, self.node_rank, None)
+            self.events.add("this node's part ended: %s" % describe(self.host, self.node_rank, own))
             gang, parts = self._await_peers()
             if not self._restart(gang, parts):
                 break

@@ -1,14 +1,25 @@
 """The gang's rules (module_utils/_runtime/gang_rules.py) as pure decisions, without sockets or processes; the supervisors
-that apply them on real heartbeats are tested in test_supervisor.py and on the container cluster."""
+that apply them on real heartbeats are tested in test_supervisor.py and on the container cluster. Each node's part is
+written as its heartbeat carries it on the wire, and read as the supervisor reads it (heartbeat.Heartbeat)."""
 
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gang_rules
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import LoneNode
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState, StopReason
 
 PEER_FAILED = StopReason(JobState.STOPPED, "stopped by gpufleet: node1 (node_rank 1) failed with exit code 1", "node1")
 USER_STOP = StopReason(JobState.STOPPED, "stopped by SIGTERM", None)
+
+
+def beats(parts):
+    """The parts, each as the supervisor reads a heartbeat that carried it."""
+    return [Heartbeat.from_wire(part) for part in parts]
+
+
+def restart_decision(parts, *args, **kwargs):
+    return gang_rules.restart_decision(beats(parts), *args, **kwargs)
 
 
 def test_the_job_is_hung_only_when_every_node_has_been_silent_that_long():
@@ -30,16 +41,16 @@ def test_the_job_is_hung_only_when_every_node_has_been_silent_that_long():
     ([{"outcome": "failed"}], True, JobState.STOPPED),
 ])
 def test_how_an_attempt_ended_for_the_gang(parts, stop_requested, verdict):
-    assert gang_rules.attempt_verdict(parts, stop_requested) == verdict
+    assert gang_rules.attempt_verdict(beats(parts), stop_requested) == verdict
 
 
 def test_a_hardware_fault_on_any_node_refuses_the_restart():
     fault = "node1 GPU 3 (0000:bb:00.0): XID 79, GPU has fallen off the bus"
-    assert gang_rules.no_restart_for([{"outcome": "stopped", "stopped_for": "node1"},
-                                      {"outcome": "failed", "reason": fault, "hardware_fault": True}]) == (
+    assert gang_rules.no_restart_for(beats([{"outcome": "stopped", "stopped_for": "node1"},
+                                      {"outcome": "failed", "reason": fault, "hardware_fault": True}])) == (
         "not restarting: %s is a hardware fault, which a restart on the same nodes would meet again" % fault)
-    assert gang_rules.no_restart_for([{"outcome": "failed", "exit_code": 1}, {"outcome": "stopped"}]) is None
-    assert gang_rules.no_restart_for([{"outcome": "failed", "hardware_fault": False}]) is None
+    assert gang_rules.no_restart_for(beats([{"outcome": "failed", "exit_code": 1}, {"outcome": "stopped"}])) is None
+    assert gang_rules.no_restart_for(beats([{"outcome": "failed", "hardware_fault": False}])) is None
 
 
 @pytest.mark.parametrize("news, done", [
@@ -50,7 +61,7 @@ def test_a_hardware_fault_on_any_node_refuses_the_restart():
     ({}, False),
 ])
 def test_a_peer_is_done_with_the_attempt(news, done):
-    assert gang_rules.peer_done(news, 1) is done
+    assert gang_rules.peer_done(Heartbeat.from_wire(news), 1) is done
 
 
 def test_a_launcher_already_ending_on_its_own_gets_its_grace_but_not_for_a_users_stop():
@@ -79,13 +90,13 @@ def test_a_peer_failing_now_is_described_by_its_reason():
 
     failing = {"attempt": 1, "phase": HeartbeatPhase.RUNNING, "outcome": JobState.FAILED, "exit_code": None,
                "reason": "node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"}
-    assert describe("node1", 1, failing) == \
+    assert describe("node1", 1, Heartbeat.from_wire(failing)) == \
         "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
-    assert describe("node1", 1, dict(failing, phase=HeartbeatPhase.ENDED, exit_code=1)) == \
+    assert describe("node1", 1, Heartbeat.from_wire(dict(failing, phase=HeartbeatPhase.ENDED, exit_code=1))) == \
         "node1 (node_rank 1) failed with exit code 1"
     # Its ended part, when that is the first news heard of it (the two heartbeats in one read): still the fault.
-    assert describe("node1", 1, dict(failing, phase=HeartbeatPhase.ENDED, exit_code=143, signal="SIGTERM",
-                                     hardware_fault=True)) == \
+    assert describe("node1", 1, Heartbeat.from_wire(dict(failing, phase=HeartbeatPhase.ENDED, exit_code=143,
+                                                         signal="SIGTERM", hardware_fault=True))) == \
         "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
 
 
@@ -97,36 +108,36 @@ HUNG = [{"rank": r, "outcome": "hung", "exit_code": 143, "reason": "hung: no nod
 
 
 def test_a_restart_says_why_and_the_same_failure_soon_after_a_restart_stops_the_restarts():
-    first = gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, None, 5.0, 300)
+    first = restart_decision(RANK_FAILED, HOSTS.__getitem__, None, 5.0, 300)
     assert first.refused is None and first.reason == "node1 (node_rank 1) failed with exit code 7"
-    again = gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 40.0, 300)
+    again = restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 40.0, 300)
     assert again.refused == ("not restarting: the same failure twice within 300 s of a restart (min_progress_s): "
                              "node1 (node_rank 1) failed with exit code 7")
     # The same failure after the restart had run min_progress_s is a new one; so is another failure soon.
-    assert gang_rules.restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 301.0, 300).refused is None
+    assert restart_decision(RANK_FAILED, HOSTS.__getitem__, first.signature, 301.0, 300).refused is None
     other = [dict(part, exit_code=9) if part["rank"] == 1 else part for part in RANK_FAILED]
-    assert gang_rules.restart_decision(other, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
+    assert restart_decision(other, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
     moved = [dict(part, rank=(part["rank"] + 1) % 3) for part in RANK_FAILED]  # node2 failed this time
-    assert gang_rules.restart_decision(moved, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
+    assert restart_decision(moved, HOSTS.__getitem__, first.signature, 40.0, 300).refused is None
 
 
 def test_a_hang_restarts_and_hangs_again_soon_is_the_same_failure_whatever_the_exit_codes():
-    first = gang_rules.restart_decision(HUNG, HOSTS.__getitem__, None, 20.0, 300)
+    first = restart_decision(HUNG, HOSTS.__getitem__, None, 20.0, 300)
     assert first.refused is None and first.reason == "hung: no node wrote to its log for 9 s (hang_timeout=8)"
     again = [dict(part, exit_code=137) for part in HUNG]
-    assert gang_rules.restart_decision(again, HOSTS.__getitem__, first.signature, 20.0, 300).refused.startswith(
+    assert restart_decision(again, HOSTS.__getitem__, first.signature, 20.0, 300).refused.startswith(
         "not restarting: the same failure twice within 300 s of a restart (min_progress_s): hung: ")
 
 
 def test_a_hardware_fault_is_refused_before_any_other_rule():
     fault = [{"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
-    decision = gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300)
+    decision = restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300)
     assert decision.refused.startswith("not restarting: node1 GPU 0: XID 79 is a hardware fault")
 
 
 def test_a_lost_node_with_no_spare_is_not_restarted_and_named():
     parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node2"}]
-    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1700000000.0})
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1700000000.0})
     assert decision.refused == "not restarting: node2 lost, and no spare node is available to take its place"
     assert decision.reason == "node2 lost"
 
@@ -139,7 +150,7 @@ MEMBERS = ["node0", "node1", "node2"]
 def test_a_lost_node_is_replaced_by_the_first_ready_spare_at_its_node_rank():
     parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"}, {"rank": 2, "outcome": "stopped"}]
     view = gang_rules.SpareView(MEMBERS, ["spare0", "spare1"], 0)
-    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node1": 1.0}, spares=view)
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node1": 1.0}, spares=view)
     assert decision.refused is None and decision.replaced == {1: "spare0"}
     assert decision.reason == "node1 lost; spare0 takes node_rank 1"
 
@@ -153,7 +164,7 @@ def test_two_lost_nodes_take_the_spares_in_inventory_order_by_node_rank():
 
 def test_no_ready_spare_left_is_the_no_spare_refusal():
     view = gang_rules.SpareView(MEMBERS, [], 0)
-    decision = gang_rules.restart_decision([{"rank": 0, "outcome": "stopped"}], HOSTS.__getitem__, None, 50.0, 300,
+    decision = restart_decision([{"rank": 0, "outcome": "stopped"}], HOSTS.__getitem__, None, 50.0, 300,
                                            lost={"node2": 1.0}, spares=view)
     assert decision.refused == "not restarting: node2 lost, and no spare node is available to take its place"
     assert decision.replaced == {}
@@ -162,15 +173,15 @@ def test_no_ready_spare_left_is_the_no_spare_refusal():
 def test_a_node_that_hears_half_the_gang_or_less_replaces_nobody():
     """The side that may be cut off does not restart: it hears a minority, or exactly half without node 0."""
     parts = [{"rank": 2, "outcome": "stopped"}]
-    cut_off = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node0": 1.0, "node1": 1.0},
+    cut_off = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node0": 1.0, "node1": 1.0},
                                           spares=gang_rules.SpareView(MEMBERS, ["spare0", "spare1"], 2))
     assert cut_off.refused == ("not restarting: this node (node2) lost contact with node0, node1, half the gang or "
                                "more; if it is the one cut off, the others carry on without it")
     two = ["node0", "node1"]
     # Two nodes: node0 alone with node 0 goes on; node1 alone, without node 0, does not.
-    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0},
+    assert restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0},
                                        spares=gang_rules.SpareView(two, ["spare0"], 0)).replaced == {1: "spare0"}
-    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0},
+    assert restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0},
                                        spares=gang_rules.SpareView(two, ["spare0"], 1)).refused.startswith(
         "not restarting: this node (node1) lost contact with node0, half the gang or more")
 
@@ -178,23 +189,23 @@ def test_a_node_that_hears_half_the_gang_or_less_replaces_nobody():
 def test_a_hardware_fault_is_replaced_by_a_spare_instead_of_refused():
     fault = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"},
              {"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
-    decision = gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300,
+    decision = restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300,
                                            spares=gang_rules.SpareView(MEMBERS, ["spare0"], 0))
     assert decision.refused is None and decision.replaced == {1: "spare0"}
     assert decision.reason == "node1 (node_rank 1) failed: node1 GPU 0: XID 79; spare0 takes node_rank 1"
     # Without a ready spare, the fault refuses the restart as before.
-    assert gang_rules.restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300, spares=gang_rules.SpareView(
+    assert restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300, spares=gang_rules.SpareView(
         MEMBERS, [], 0)).refused.startswith("not restarting: node1 GPU 0: XID 79 is a hardware fault")
 
 
 def test_a_hang_in_the_same_frame_is_the_same_failure_and_in_another_frame_is_not():
     def hung(where):
         return [dict(part, hung_in=where) for part in HUNG]
-    first = gang_rules.restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, None, 20.0, 300)
-    again = gang_rules.restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, first.signature,
+    first = restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, None, 20.0, 300)
+    again = restart_decision(hung("wait (torch/distributed/c10d.py)"), HOSTS.__getitem__, first.signature,
                                         20.0, 300)
     assert again.refused.startswith("not restarting: the same failure twice within 300 s")
-    elsewhere = gang_rules.restart_decision(hung("load (train.py)"), HOSTS.__getitem__, first.signature, 20.0, 300)
+    elsewhere = restart_decision(hung("load (train.py)"), HOSTS.__getitem__, first.signature, 20.0, 300)
     assert elsewhere.refused is None
 
 
@@ -203,12 +214,12 @@ def test_a_node_that_decides_late_follows_the_members_a_peer_announced():
     it takes node1's members as they are rather than refusing for want of a spare."""
     parts = [{"rank": 2, "outcome": "stopped", "stopped_for": "node0"}]
     view = gang_rules.SpareView(MEMBERS, [], 2, (["spare0", "node1", "node2"], "node0 lost; spare0 takes node_rank 0"))
-    decision = gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0}, spares=view)
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node0": 1.0}, spares=view)
     assert decision.refused is None and decision.replaced == {0: "spare0"}
     assert decision.reason == "node0 lost; spare0 takes node_rank 0"
     # A node the others replaced (it was cut off, and they carried on) does not restart: its place is taken.
     mine = view._replace(rank=0, announced=(["spare0", "node1", "node2"], "node0 lost; spare0 takes node_rank 0"))
-    assert gang_rules.restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 1.0},
+    assert restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 1.0},
                                        spares=mine).refused == (
         "not restarting: spare0 took this node's place (node_rank 0): node0 lost; spare0 takes node_rank 0")
 
@@ -229,11 +240,11 @@ def test_a_peers_part_of_an_attempt_is_kept_after_it_moved_on_to_the_next():
     try:
         ended = {"run": "r", "rank": 0, "host": "n0", "attempt": 1, "phase": HeartbeatPhase.ENDED,
                  "outcome": JobState.HUNG, "reason": "hung: no node wrote to its log for 2 s"}
-        gang._take(ended)  # pylint: disable=protected-access
-        gang._take({"run": "r", "rank": 0, "host": "n0", "attempt": 2,  # pylint: disable=protected-access
-                    "phase": HeartbeatPhase.RUNNING})
-        assert gang.news[0]["attempt"] == 2 and gang_rules.peer_done(gang.news[0], 1)
-        assert gang.news_of(0, 1) == ended and gang.news_of(0, 3) is None
+        gang._take(Heartbeat.from_wire(ended))  # pylint: disable=protected-access
+        gang._take(Heartbeat.from_wire({"run": "r", "rank": 0, "host": "n0",  # pylint: disable=protected-access
+                                        "attempt": 2, "phase": HeartbeatPhase.RUNNING}))
+        assert gang.news[0].attempt == 2 and gang_rules.peer_done(gang.news[0], 1)
+        assert gang.news_of(0, 1) == Heartbeat.from_wire(ended) and gang.news_of(0, 3) is None
         assert LoneNode().news_of(0, 1) is None
     finally:
         gang.close()

@@ -14,6 +14,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import spares, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import run_processes, run_token
 from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES
@@ -162,8 +163,8 @@ class _Member:
 def test_a_member_records_who_replaced_whom_and_whether_for_a_hardware_fault():
     member = _Member()
     try:
-        parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "n1"},
-                 {"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "n1 GPU 0: XID 79"}]
+        parts = [Heartbeat(rank=0, outcome="stopped", stopped_for="n1"),
+                 Heartbeat(rank=1, outcome="failed", hardware_fault=True, reason="n1 GPU 0: XID 79")]
         spares.replace_nodes(member, {1: "s0"}, "n1 failed; s0 takes node_rank 1", parts)
         record = member.state["replaced"][0]
         assert (record["node_rank"], record["host"], record["by"], record["attempt"], record["hardware_fault"]) == (
