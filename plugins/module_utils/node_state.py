@@ -52,9 +52,8 @@ def parse_rpm(out: str, locks: str = "") -> dict[str, dict[str, Any]]:
     not installed" lines are left out) and the versionlock list's text: held where a lock holds the installed
     version, stale_lock where the package's only locks hold another (a lock left from before an upgrade)."""
     locked: dict[str, list[str]] = {}
-    for line in locks.splitlines():
-        if line.strip() and not line.startswith("#") and not line.strip().startswith("!"):
-            locked.setdefault(_lock_name(line), []).append(_lock_version(line))
+    for entry in lock_entries(locks):
+        locked.setdefault(lock_name(entry), []).append(lock_version(entry))
     found: dict[str, dict[str, Any]] = {}
     for line in out.splitlines():
         parts = line.split("\t")
@@ -65,7 +64,17 @@ def parse_rpm(out: str, locks: str = "") -> dict[str, dict[str, Any]]:
     return found
 
 
-def _lock_name(pattern: str) -> str:
+def lock_entries(listing: str) -> list[str]:
+    """The locks of `dnf versionlock list` output or of the plugin's versionlock.list, one entry each: its header
+    ("Last metadata expiration check ..."), comments, blank lines and exclusions (`!NAME-...`, which hold nothing)
+    left out. The one reader of the lock list: node_state's reads and the roles' filters
+    (plugin_utils/_provision/nvidia_packaging.py) both use it."""
+    return [line.strip() for line in listing.splitlines()
+            if line.strip() and not line.startswith(("Last metadata", "Updating", "#"))
+            and not line.strip().startswith("!") and "-" in line]
+
+
+def lock_name(pattern: str) -> str:
     """The package name of a versionlock entry (NAME-EPOCH:VERSION-RELEASE.ARCH, or NAME-VERSION...): the part
     before the epoch or the version."""
     pattern = pattern.strip().lstrip("!")
@@ -80,10 +89,10 @@ def _lock_name(pattern: str) -> str:
 _LOCK_ARCHES = ("*", "x86_64", "aarch64", "noarch", "i686")
 
 
-def _lock_version(pattern: str) -> str:
+def lock_version(pattern: str) -> str:
     """The VERSION-RELEASE a versionlock entry holds, as rpm's %{VERSION}-%{RELEASE} prints it."""
     pattern = pattern.strip().lstrip("!")
-    name = _lock_name(pattern)
+    name = lock_name(pattern)
     rest = pattern[len(name) + 1:]
     rest = rest.split(":", 1)[1] if ":" in rest else rest
     stem, _dot, arch = rest.rpartition(".")

@@ -12,7 +12,7 @@ PLUGINS = "ansible_collections.gpufleet.cluster.plugins."
 ALLOWED = {
     "module_utils/_runtime": ("module_utils._runtime",),
     "module_utils": ("module_utils",),
-    "plugin_utils/_provision": ("plugin_utils._provision",),
+    "plugin_utils/_provision": ("plugin_utils._provision", "module_utils.node_state"),
     "plugin_utils/_control": ("module_utils", "plugin_utils._control"),
     "plugin_utils/_postmortem": ("module_utils._runtime", "plugin_utils._postmortem"),
     "plugin_utils/_export": ("module_utils", "plugin_utils._control", "plugin_utils._export"),

@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Package-manager rules of the NVIDIA roles: dnf version locks by exact name, EL's Open MPI paths, and apt
+"""Package-manager rules of the NVIDIA roles: dnf version locks by exact name (each entry read by node_state's
+lock_entries and lock_name, the one reader of the lock list), EL's Open MPI paths, and apt
 sources that already point at NVIDIA's repository (the cuda-keyring package's, or an old .list).
 
 Pure functions over what the nodes print or hold; the roles call them through gpufleet.cluster filters.
@@ -13,28 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.node_state import lock_entries, lock_name
+
 # `dnf versionlock list` prints NAME-[EPOCH:]VERSION-RELEASE.* (NVIDIA driver installation guide, "Version locking").
 _EPOCH_RE = re.compile(r"^\d+:")
 
 
-def versionlock_name(entry: str) -> str:
-    """The package name of one versionlock entry: 'libnccl-devel-0:2.26.2-1+cuda12.8.*' -> 'libnccl-devel'."""
-    parts = entry.strip().split("-")
-    for index, part in enumerate(parts):
-        if index and _EPOCH_RE.match(part):
-            return "-".join(parts[:index])
-    return "-".join(parts[:-2]) if len(parts) > 2 else parts[0]
-
-
-def versionlock_entries(listing: str) -> list[str]:
-    """The lock entries of `dnf versionlock list` output (headers and blank lines left out)."""
-    return [line.strip() for line in listing.splitlines()
-            if line.strip() and not line.startswith(("Last metadata", "Updating", "#")) and "-" in line]
-
-
 def versionlock_missing(listing: str, names: Iterable[str]) -> list[str]:
     """The names that hold no lock yet, matched exactly ('libnccl' is not locked by 'libnccl-devel-...')."""
-    locked = {versionlock_name(entry) for entry in versionlock_entries(listing)}
+    locked = {lock_name(entry) for entry in lock_entries(listing)}
     return [name for name in names if name not in locked]
 
 
@@ -42,8 +30,8 @@ def versionlock_stale(listing: str, wanted: Mapping[str, str]) -> list[str]:
     """The lock entries of the wanted names at another version: removed before the wanted version is installed
     (a lock left from the previous version would keep dnf from moving to the new one)."""
     stale = []
-    for entry in versionlock_entries(listing):
-        name = versionlock_name(entry)
+    for entry in lock_entries(listing):
+        name = lock_name(entry)
         if name not in wanted:
             continue
         version = entry[len(name) + 1:]

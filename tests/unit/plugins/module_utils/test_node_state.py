@@ -40,8 +40,19 @@ def test_rpm_output_and_the_versionlock_list_give_versions_and_holds():
     upgraded = node_state.parse_rpm("libnccl\t2.26.2-1+cuda12.8\nnvidia-driver\t570.86.15-1.el9\n", VERSIONLOCK)
     assert upgraded == {"libnccl": {"version": "2.26.2-1+cuda12.8", "held": False, "stale_lock": True},
                         "nvidia-driver": {"version": "570.86.15-1.el9", "held": True, "stale_lock": False}}
-    assert node_state._lock_name("nvidia-driver-3:570.86.15-1.el9.*") == "nvidia-driver"
-    assert node_state._lock_name("cuda-toolkit-12-8-12.8.1-1") == "cuda-toolkit-12-8"
+    assert node_state.lock_name("nvidia-driver-3:570.86.15-1.el9.*") == "nvidia-driver"
+    assert node_state.lock_name("cuda-toolkit-12-8-12.8.1-1") == "cuda-toolkit-12-8"
+    assert node_state.lock_name("libnccl-devel-0:2.26.2-1+cuda12.8.*") == "libnccl-devel"
+    assert node_state.lock_name("kmod-nvidia-open-dkms-3:575.51-1.fc41.*") == "kmod-nvidia-open-dkms"
+    assert node_state.lock_name("libnccl-2.26.2-1+cuda12.8.*") == "libnccl"  # no epoch: version and release last
+
+
+def test_an_exclusion_in_the_lock_list_holds_nothing():
+    """`dnf versionlock exclude` writes `!NAME-...`: that version is kept out, no version is held."""
+    listing = "Last metadata expiration check: 0:01:02 ago.\n!nvidia-driver-3:570.86.15-1.el9.*\n"
+    assert node_state.lock_entries(listing) == []
+    assert node_state.parse_rpm("nvidia-driver\t570.86.15-1.el9\n", listing) == {
+        "nvidia-driver": {"version": "570.86.15-1.el9", "held": False, "stale_lock": False}}
 
 
 def test_each_package_difference_is_a_sentence_naming_the_package():

@@ -9,15 +9,11 @@ kmod-nvidia-open-dkms-3:575.51-1.fc41.*
 """
 
 
-def test_lock_names_are_read_exactly():
-    assert pkg.versionlock_name("libnccl-devel-0:2.26.2-1+cuda12.8.*") == "libnccl-devel"
-    assert pkg.versionlock_name("kmod-nvidia-open-dkms-3:575.51-1.fc41.*") == "kmod-nvidia-open-dkms"
-    assert pkg.versionlock_name("libnccl-2.26.2-1+cuda12.8.*") == "libnccl"  # no epoch: version and release last
-
-
 def test_a_lock_of_libnccl_devel_does_not_count_as_a_lock_of_libnccl():
     assert pkg.versionlock_missing(LOCKS, ["libnccl", "libnccl-devel"]) == ["libnccl"]
     assert pkg.versionlock_missing(LOCKS, ["nvidia-driver-cuda-libs"]) == []
+    # An exclusion (`dnf versionlock exclude`) is no lock: the hold still adds one.
+    assert pkg.versionlock_missing("!nvidia-driver-3:570.86.15-1.el9.*\n", ["nvidia-driver"]) == ["nvidia-driver"]
 
 
 def test_a_bump_replaces_the_lock_of_the_old_version():
