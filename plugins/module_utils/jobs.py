@@ -38,7 +38,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     ACTIVE_STATES,
     ENDED_STATES,
-    EXIT_CODE_FILE,
     GANG_KEY_FILE,
     LAUNCH_FILE,
     LOG_FILE,
@@ -53,6 +52,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import J
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import DUMP_TIMEOUT_S
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import TASK_FILES, scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile, clear_run
 from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
     job_environment,
     render_env_file,
@@ -208,7 +208,7 @@ def start(
     queued = scheduler_of(spec.scheduler).queued_state(spec.as_dict(), run_id)
     if queued:
         # The scheduler's step starts the supervisor (Slurm's: slurm_task.sh), when the job's allocation starts.
-        write_json_atomic(os.path.join(path, STATE_FILE), queued)
+        StateFile(path, run_id).write(queued)
         result.update(pid=None, supervisor_pid=None, run_id=run_id, state=queued["state"])
         return result
     state = _start_supervisor(path, start_timeout_s)
@@ -241,9 +241,7 @@ def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], 
     _keep_previous_run(path, previous)
     if script_content is not None:
         _write_script(spec, script_content)
-    for name in (STATE_FILE, EXIT_CODE_FILE, STOP_REQUEST_FILE):
-        if os.path.exists(os.path.join(path, name)):
-            os.remove(os.path.join(path, name))
+    clear_run(path)
     write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
     for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST):
         write_atomic(os.path.join(path, name), files[name], 0o600)
@@ -357,9 +355,7 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     final = status(path)
     if is_running(final) or final["state"] == JobState.LOST:
         # A supervisor that never started (queued) or is gone without recording the end: the stop records it.
-        state = dict(read_json(os.path.join(path, STATE_FILE)) or {})
-        state.update(state=JobState.STOPPED, stop_reason=reason, ended_at=time.time())
-        write_json_atomic(os.path.join(path, STATE_FILE), state)
+        StateFile(path).record_stop(reason)
         final = status(path)
     result.update(state=final["state"], killed_directly=killed, remaining=run_processes(token) if token else [],
                   containers_remaining=runtime.leftovers(spec, path))

@@ -58,7 +58,8 @@ class JobState(str, enum.Enum):
     unreachable   the node stopped answering the controller (job_wait decides)
 
     A member is the string it names (``JobState.RUNNING == "running"``, in JSON and in messages alike), so that
-    state.json and the modules' results read as before.
+    state.json and the modules' results read as before. The changes above are state_file.TRANSITIONS, which the one
+    writer of state.json checks each change against.
     """
 
     QUEUED = "queued"

@@ -49,12 +49,13 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_out
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import replace_nodes, spare_view, stand_by, unused
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
     attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
-    RankWatch, proc_start_ticks, read_json, run_token, signal_name, write_json_atomic)
+    RankWatch, proc_start_ticks, read_json, run_token, signal_name)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
-    EXIT_CODE_FILE, GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STATE_FILE, STOP_REQUEST_FILE,
+    GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STOP_REQUEST_FILE,
     Defaults, HeartbeatPhase, JobState, PartOutcome, StopReason, read_stop_request)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime, runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
@@ -105,6 +106,7 @@ class Supervisor:
             "supervisor_pid": os.getpid(), "supervisor_start_ticks": proc_start_ticks(os.getpid()),
             "started_at": time.time(), "attempt": 1, "max_restarts": self.max_restarts, "attempts": [],
         }
+        self.state_file = StateFile(job_dir, self.run_id)  # the one writer of state.json and exit_code
         self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
         self.ranks = RankWatch(self.token, self.events.rank_ended)  # the run's ranks, and when the first ended
         # The node's GPUs (gpu_watch.py): sampled into gpus.csv; a new hardware XID fails this node's part at once.
@@ -122,7 +124,7 @@ class Supervisor:
 
     def save(self, **changes: object) -> None:
         self.state.update(changes)
-        write_json_atomic(os.path.join(self.job_dir, STATE_FILE), self.state)
+        self.state_file.write(self.state)
 
     def log(self, line: str) -> None:
         self.events.add(line)
@@ -374,8 +376,7 @@ class Supervisor:
         return int(ended.exit_code)
 
     def _write_exit_code(self, exit_code: int) -> None:
-        with open(os.path.join(self.job_dir, EXIT_CODE_FILE), "w") as handle:
-            handle.write("%d\n" % exit_code)
+        self.state_file.write_exit_code(exit_code)
 
 
 def main(argv: list[str]) -> int:
