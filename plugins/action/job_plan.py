@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args

@@ -12,7 +12,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo
 from ansible_collections.gpufleet.cluster.plugins.modules import nccl_report as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests, verify

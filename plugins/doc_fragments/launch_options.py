@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The launch module's options (their argument spec: module_utils/launch_options.py; a unit test holds the two
+"""The launch module's options (their argument spec: module_utils/_job/launch_options.py; a unit test holds the two
 to each other and to JobSpec)."""
 
 from __future__ import annotations

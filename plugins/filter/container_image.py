@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launch_options
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launch_options
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images
 

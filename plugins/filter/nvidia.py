@@ -10,7 +10,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import (
     dcgm,
     imex,

@@ -77,7 +77,7 @@ error:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import dcgm_diag
 
 
 def main() -> None:

@@ -127,7 +127,7 @@ containers_remaining:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
 
 
 def main() -> None:

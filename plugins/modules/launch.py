@@ -133,9 +133,10 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launch_options, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, launch_options
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes, supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 
 
 def supervisor_source() -> str:

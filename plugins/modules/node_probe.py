@@ -170,7 +170,8 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports, gpu_health, runtimes
 
 

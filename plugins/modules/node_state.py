@@ -187,7 +187,7 @@ reads:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node_state
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state
 
 LIST_OF_STR = {"type": "list", "elements": "str", "default": []}
 LIST_OF_DICT = {"type": "list", "elements": "dict", "default": []}

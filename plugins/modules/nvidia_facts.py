@@ -117,7 +117,7 @@ installed_driver:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, nvidia_node
 
 
 def main() -> None:

@@ -142,7 +142,7 @@ heard:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import port_check
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import port_check
 
 
 def main() -> None:

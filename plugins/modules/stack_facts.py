@@ -126,7 +126,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 

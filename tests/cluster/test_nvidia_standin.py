@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nvidia_node import KERNEL_MODULE_PACKAGE_PREFIXES
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node.nvidia_node import KERNEL_MODULE_PACKAGE_PREFIXES
 
 pytestmark = pytest.mark.cluster
 

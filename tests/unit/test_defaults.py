@@ -16,7 +16,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launch_options
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launch_options
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -95,7 +95,7 @@ def test_a_container_is_tested_only_in_the_runtime_strategy_and_the_places_liste
     # probe asks runtime_for() what to probe; the planner asks container_images.job_container() whether there is an
     # image, and the role hands the probe the plan's image_lookup and the launch node_container()'s result.
     for asks in ("plugins/plugin_utils/_control/node_plan.py", "plugins/module_utils/_runtime/supervisor.py",
-                 "plugins/module_utils/jobs.py", "plugins/module_utils/_runtime/attempt.py", "plugins/modules/node_probe.py",
+                 "plugins/module_utils/_job/jobs.py", "plugins/module_utils/_runtime/attempt.py", "plugins/modules/node_probe.py",
                  "plugins/action/job_plan.py", "roles/job/tasks/train/preflight.yml",
                  "roles/job/tasks/train/launch_node.yml", "roles/job/vars/main.yml"):
         assert asks not in found, found[asks]

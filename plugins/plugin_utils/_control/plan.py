@@ -18,10 +18,10 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.jobs import JOB_NAME_RE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.jobs import JOB_NAME_RE
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SPARE_LAUNCHERS
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import ENV_NAME_RE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import ENV_NAME_RE
 
 NODE_GROUP = "gpu_nodes"
 

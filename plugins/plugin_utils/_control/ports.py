@@ -32,7 +32,7 @@ def _firewall_hint(port: int, protocol: str) -> str:
 
 def port_problems(listeners: Mapping[str, Any], probes: Mapping[str, Any], master_host: str,
                   port: int) -> dict[str, str]:
-    """The first problem of each node from the port check's reports (module_utils/port_check.py), by host.
+    """The first problem of each node from the port check's reports (module_utils/_job/port_check.py), by host.
 
     listeners and probes map each host to its listen and probe results. A node whose UDP port does not answer the
     others is named with the nodes it did not answer (heartbeats); the master is named when its TCP port (the

@@ -26,7 +26,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.slurm_batch import sbatch_head
 
 FORMATS = ("sbatch", "trainjob", "pytorchjob", "mpijob")

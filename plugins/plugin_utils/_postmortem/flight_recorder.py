@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Which rank a collective waited for, from the dumps of PyTorch's flight recorder, fetched from the nodes.
 
-With TORCH_NCCL_DUMP_ON_TIMEOUT=1 (module_utils/launchers.py sets it), each rank of an NCCL job writes its last
+With TORCH_NCCL_DUMP_ON_TIMEOUT=1 (module_utils/_job/launchers.py sets it), each rank of an NCCL job writes its last
 collectives when one times out: ``<TORCH_FR_DUMP_TEMP_FILE><global rank>``, a pickle of plain dicts, lists,
 strings and numbers (torch 2.13: torch/csrc/distributed/c10d/FlightRecorderDetail.hpp; version "2.10"). Each entry
 is one collective of one process group: its ``collective_seq_id`` (1 for the group's first), ``profiling_name``

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The rank tags in the nodes' logs, read on the controller: one file per rank, and a failing rank's lines first.
 
-torchrun tags each rank's line ``[rank4|0]: `` (global and local rank; module_utils/launchers.py sets the prefix),
+torchrun tags each rank's line ``[rank4|0]: `` (global and local rank; module_utils/_job/launchers.py sets the prefix),
 and so does the supervisor under DeepSpeed (module_utils/_runtime/rank_output.py); mpirun ``[1,4]<stdout>: `` (Open MPI's
 --tag-output: job and global rank). The launchers' own lines carry no tag.
 """

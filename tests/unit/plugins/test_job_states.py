@@ -28,7 +28,7 @@ PHASES = {phase.value for phase in HeartbeatPhase}
 # and service states (node_state: "absent", "stopped").
 OTHER_VOCABULARIES = ("dcgm_diag.py", "nvidia_node.py", "verify.py", "node_state.py")
 CONTROLLER_SIDE = (glob.glob(os.path.join(PLUGINS, "action", "*.py")) + glob.glob(os.path.join(PLUGINS, "plugin_utils", "*.py"))
-                   + [os.path.join(PLUGINS, "module_utils", "jobs.py")])
+                   + [os.path.join(PLUGINS, "module_utils", "_job", "jobs.py")])
 
 
 def copied_state_sets(source: str) -> list[list[str]]:

@@ -15,8 +15,8 @@ import subprocess
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     job_environment,
     render_env_file,
     render_launch_script,

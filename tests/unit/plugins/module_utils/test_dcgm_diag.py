@@ -5,7 +5,7 @@ import signal
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import dcgm_diag
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm")
 

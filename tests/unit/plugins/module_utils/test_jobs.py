@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_logs, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     proc_start_ticks,
     read_json,
@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from waiting import wait_for
 
 SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.cluster.plugins.doc_fragments import job_folder, launch_options as fragment
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launch_options
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launch_options
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 
 # JobSpec fields no option names: each is derived from one (the sha256s of the inputs kept out of the spec).
 DERIVED = {"script_sha256": "script_content", "secret_env_sha256": "secret_env"}

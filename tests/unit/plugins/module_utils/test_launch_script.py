@@ -11,13 +11,13 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     job_environment,
     render_env_file,
     render_launch_script,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launchers import torchrun_command
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launchers import torchrun_command
 
 NASTY = ["plain", "with space", "it's", 'say "hi"', "$HOME", "`id`", "back\\slash", "new\nline", "*", "", "--x=a b"]
 

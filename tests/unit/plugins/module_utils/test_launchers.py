@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     job_environment,
     render_env_file,
     render_launch_script,

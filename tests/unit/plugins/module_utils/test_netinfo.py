@@ -2,7 +2,7 @@
 
 import subprocess
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import netinfo
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo
 
 IP_JSON = """[{"ifindex":1,"ifname":"lo","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8},
 {"family":"inet6","local":"::1","prefixlen":128}]},
@@ -72,7 +72,7 @@ def test_infiniband_hcas_and_active_ports(tmp_path):
 def test_an_nvlink5_systems_switch_management_ports_are_left_out_of_nccls_hcas(tmp_path):
     """NVLink5 trays carry their NVSwitches' management ports as InfiniBand devices whose VPD says SW_MNG
     (nvidia_node.nvlink5_switch_devices, after NVIDIA's gpu-driver-container); NCCL's traffic must not go there."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 
     make_hca(tmp_path, "mlx5_0", {1: "4: ACTIVE"}, ["ib0"])
     make_hca(tmp_path, "mlx5_4", {1: "4: ACTIVE"}, [])

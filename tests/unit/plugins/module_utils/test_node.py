@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports
 
 def fake_run(stdout, returncode=0):

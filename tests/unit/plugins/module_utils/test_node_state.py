@@ -1,11 +1,11 @@
-"""Reading what a role manages on a node, and the sentences that say how it differs (module_utils/node_state.py and
+"""Reading what a role manages on a node, and the sentences that say how it differs (module_utils/_node/node_state.py and
 the node_state module's drift_of), on real files in a temporary folder and recorded command output."""
 
 import os
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import node_state
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state
 from ansible_collections.gpufleet.cluster.plugins.modules.node_state import drift_of
 
 # dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n' as Debian 12 printed it: installed ("ii "), held

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "cluster", "scripts",
                        "nvidia_smi_standin.py")

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import port_check
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import port_check
 
 TOKEN = "run-1234"
 

@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import slurm_jobs, supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import job_poll
 

@@ -11,12 +11,12 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import spares, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import run_processes, run_token
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES
 from test_supervisor import free_udp_port
 from waiting import wait_for

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import LoneNode, sign, verify
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from waiting import wait_for
 
 SOURCE = supervisor_bundle.shipped_source()  # what the launch ships to the nodes

@@ -6,7 +6,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
 from ansible_collections.gpufleet.cluster.plugins.modules import launch
 
 

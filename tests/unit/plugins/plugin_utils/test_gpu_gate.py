@@ -186,7 +186,7 @@ def test_refusals_come_first_in_order():
 
 
 def _diag(name, rc):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._node import dcgm_diag
 
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm", name)) as handle:
         return dict(dcgm_diag.parse(handle.read(), rc), present=True, level=1)

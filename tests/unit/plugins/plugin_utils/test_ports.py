@@ -49,7 +49,7 @@ def test_the_action_reads_force_as_the_role_passes_it():
     assert job_ports(None, RUNNING, "false")["master_port"] == 29500
 
 
-# The port check's reports (module_utils/port_check.py) as the controller reads them: which node, port and protocol.
+# The port check's reports (module_utils/_job/port_check.py) as the controller reads them: which node, port and protocol.
 from ansible_collections.gpufleet.cluster.plugins.filter.port_problems import port_problems  # noqa: E402
 
 LISTENED = {"node0": {"udp_error": "", "tcp_error": ""}, "node1": {"udp_error": ""}, "node2": {"udp_error": ""}}

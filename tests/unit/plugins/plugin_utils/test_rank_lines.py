@@ -1,7 +1,7 @@
 """The rank tags of the nodes' logs read on the controller (plugin_utils/_postmortem/rank_lines.py): torchrun's prefix as
 launchers.TORCHRUN_LINE_PREFIX renders it, Open MPI 4's --tag-output as mpirun prints it."""
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launchers import TORCHRUN_LINE_PREFIX
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launchers import TORCHRUN_LINE_PREFIX
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import rank_lines
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 

@@ -88,7 +88,7 @@ def test_the_services_table_shows_imex_on_a_multi_node_nvlink_node_and_the_gate_
 
 
 def _diag(name):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import dcgm_diag
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._node import dcgm_diag
 
     with open(os.path.join(FIXTURES, "..", "dcgm", name)) as handle:
         return dict(dcgm_diag.parse(handle.read()), present=True, level=1)

@@ -17,8 +17,8 @@ import os
 import re
 import shlex
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import launchers
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

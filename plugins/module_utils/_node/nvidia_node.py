@@ -11,7 +11,7 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import sysfs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 NVIDIA_VENDOR = "0x10de"

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import job_logs, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_logs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     end_run,
     read_json,
@@ -48,12 +48,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
     JobState,
     stop_request,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import DUMP_TIMEOUT_S
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import TASK_FILES, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile, clear_run
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     job_environment,
     render_env_file,
     render_launch_script,

@@ -16,7 +16,7 @@ import struct
 import subprocess
 from collections.abc import Callable, Iterable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import sysfs
 
 
 SIOCGIFADDR = 0x8915

@@ -18,12 +18,12 @@ import dataclasses
 import hashlib
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import jobs, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
-from ansible_collections.gpufleet.cluster.plugins.module_utils.job_spec import JobSpec
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import SCHEDULERS, scheduler_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils.launch_script import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     ENV_NAME_RE,
     IFACE_RE,
     secret_env_sha256,
