@@ -42,6 +42,8 @@ def gang_failure(gang: Gang, attempt: int) -> tuple[int, Heartbeat] | None:
 def describe(host: str, rank: int, news: Heartbeat) -> str:
     """One clause saying what ended a node's part, for stop reasons and the report."""
     what = news.outcome
+    if what == JobState.SUCCEEDED:
+        return "%s (node_rank %d) succeeded" % (host, rank)
     if what == JobState.FAILED and news.reason and (news.exit_code is None or news.hardware_fault):
         # Failing, before its part has ended; or ended by a hardware fault, which says more than the exit code.
         return "%s (node_rank %d) failed: %s" % (host, rank, news.reason)

@@ -100,6 +100,14 @@ def test_a_peer_failing_now_is_described_by_its_reason():
         "node1 (node_rank 1) failed: node1 GPU 1 (0000:19:00.0): XID 79, GPU has fallen off the bus"
 
 
+def test_a_part_that_succeeded_is_described_so():
+    """The timeline's "this node's part ended: ..." of a part that succeeded said "was stopped (stop requested)"
+    (seen on a lent H200, 2026-11-27)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import describe
+
+    assert describe("node0", 0, Heartbeat(rank=0, attempt=1, outcome=JobState.SUCCEEDED)) == "node0 (node_rank 0) succeeded"
+
+
 HOSTS = ("node0", "node1", "node2")
 RANK_FAILED = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"}, {"rank": 1, "outcome": "failed", "exit_code": 7},
                {"rank": 2, "outcome": "stopped", "stopped_for": "node1"}]
