@@ -78,4 +78,8 @@ ansible-playbook -i "$work/hosts.yml" playbooks/verify.yml -e allow_local=true "
 ansible-playbook -i "$work/hosts.yml" playbooks/train.yml -e script=examples/train.py -e "script_args='--epochs 3'" \
     -e job=gpu-check -e force=true "$@"
 grep -q 'backend nccl' logs/gpu-check/localgpu.log || { echo "gpufleet: training did not use NCCL on the GPU" >&2; exit 1; }
+# examples/train.py names its GPU to the last barrier: torch 2.11 warns otherwise (seen on an H200, 2026-11-27).
+if grep -q 'using the device under current context' logs/gpu-check/localgpu.log; then
+    echo "gpufleet: a rank's barrier did not name its GPU (examples/train.py)" >&2; exit 1
+fi
 echo "gpufleet: NVIDIA stack check passed on $gpus GPU(s), driver $driver"
