@@ -14,6 +14,7 @@ Shipped to the nodes as part of the supervisor; standard library only, Python 3.
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Protocol
 
@@ -21,6 +22,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang imp
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
+
+
+# Where the members' news placed this spare: its node rank from the attempt named, the host it replaces there, and
+# why the attempt starts. stand_by returns it; the supervisor alone takes it on (Supervisor._take_place).
+Placement = collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason"))
 
 
 class SpareHost(Protocol):
@@ -32,7 +38,6 @@ class SpareHost(Protocol):
     attempt: int
     node_rank: int
     host: str
-    restart_reason: str
     stop_reason: str | None
 
     def save(self, **changes: object) -> None: ...
@@ -99,24 +104,22 @@ def _job_over(gang: Gang) -> bool:
     return all(rank in lost or (rank in gang.news and gang.news[rank].final) for rank in gang.peers())
 
 
-def stand_by(node: SpareHost) -> bool:
-    """A spare's wait: heartbeats in standby until a member's names this spare at a node rank (True: node_rank,
-    attempt, restart reason and the gang are then that rank's), or the job ends without it, or it is stopped
-    (False)."""
+def stand_by(node: SpareHost) -> Placement | None:
+    """A spare's wait: heartbeats in standby until a member's names this spare at a node rank (its placement; the
+    gang is then that rank's), or the job ends without it, or it is stopped (None)."""
     gang = node.gang
     if not isinstance(gang, Gang):
-        return False
+        return None
     node.save(state=JobState.STANDBY)
     node.log("standing by as a spare for %s" % ", ".join(gang.members()))
     while node.stop_reason is None:
         node.tick(HeartbeatPhase.STANDBY)
         news = _placed(gang)
         if news is not None:
-            _take_place(node, gang, news)
-            return True
+            return _place(gang, news)
         if _job_over(gang):
-            return False
-    return False
+            return None
+    return None
 
 
 def unused(node: SpareHost) -> int:
@@ -127,21 +130,16 @@ def unused(node: SpareHost) -> int:
     return 0
 
 
-def _take_place(node: SpareHost, gang: Gang, news: Heartbeat) -> None:
-    """Become the node rank the members' news names this spare at (and take in every other spare they placed)."""
+def _place(gang: Gang, news: Heartbeat) -> Placement:
+    """The gang as the members' news has it (this spare and every other spare they placed, at their node ranks), and
+    where it puts this spare."""
     members = list(news.members or ())
     spares = dict(gang.spares)
+    mine = ""
     for rank, host in enumerate(members):
         if host != gang.host(rank) and host in spares:
-            replaced = gang.host(rank)
-            gang.replace(rank, host)
             if host == gang.me[0]:
-                node.save(took_place_of={"node_rank": rank, "host": replaced, "attempt": news.attempt or 1,
-                                         "why": news.restart_reason})
-    gang.rank = node.node_rank = members.index(gang.me[0])
-    node.attempt = news.attempt or 1
-    node.restart_reason = news.restart_reason
-    node.spec["nodes"] = [list(member) for member in gang.nodes]
-    node.log("takes node_rank %d in place of %s from attempt %d: %s" % (
-        node.node_rank, node.state["took_place_of"]["host"], node.attempt, node.restart_reason))
-    node.save(node_rank=node.node_rank, attempt=node.attempt, members=gang.members())
+                mine = gang.host(rank)
+            gang.replace(rank, host)
+    gang.rank = members.index(gang.me[0])
+    return Placement(gang.rank, news.attempt or 1, mine, news.restart_reason)

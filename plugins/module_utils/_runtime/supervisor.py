@@ -48,7 +48,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_even
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import replace_nodes, spare_view, stand_by, unused
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import (
+    Placement, replace_nodes, spare_view, stand_by, unused)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
     attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
@@ -307,6 +308,16 @@ class Supervisor:
             replace_nodes(self, decision.replaced, decision.reason, parts)
         return True
 
+    def _take_place(self, placement: Placement) -> None:
+        """This spare becomes the node rank the members placed it at, from their attempt on (spares.stand_by)."""
+        self.node_rank, self.attempt, self.restart_reason = placement.node_rank, placement.attempt, placement.restart_reason
+        self.spec["nodes"] = [list(member) for member in self.gang.nodes]
+        self.save(took_place_of={"node_rank": self.node_rank, "host": placement.replaced, "attempt": self.attempt,
+                                 "why": self.restart_reason})
+        self.log("takes node_rank %d in place of %s from attempt %d: %s" % (
+            self.node_rank, placement.replaced, self.attempt, self.restart_reason))
+        self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members())
+
     # -- the whole run ------------------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -322,9 +333,12 @@ class Supervisor:
             self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.ended.reason)
             return 1
         self.save()
-        if self.spec.get("spares") and self.node_rank >= len(self.spec["nodes"]) and not stand_by(self):  # unneeded
-            self._write_exit_code(0)
-            return unused(self)
+        if self.spec.get("spares") and self.node_rank >= len(self.spec["nodes"]):  # a spare
+            placement = stand_by(self)
+            if placement is None:  # the job did not need it
+                self._write_exit_code(0)
+                return unused(self)
+            self._take_place(placement)
         self.log(self.gpu_watch.start())
         while True:
             port = self.ports[self.attempt - 1]

@@ -174,3 +174,15 @@ def test_a_member_records_who_replaced_whom_and_whether_for_a_hardware_fault():
         assert member.gang.ready_spares() == []  # a member now, no longer a spare to give
     finally:
         member.gang.close()
+
+
+def test_an_attempt_and_the_spares_return_what_the_supervisor_takes_on_and_assign_none_of_its_attributes():
+    """spares.stand_by returns a Placement and Attempt its PartOutcome; the supervisor alone sets its node rank,
+    attempt and restart reason (they were assigned from spares.py before)."""
+    import re
+
+    runtime = os.path.dirname(spares.__file__)
+    for name in ("spares.py", "attempt.py"):
+        with open(os.path.join(runtime, name)) as handle:
+            assigned = re.findall(r"\bnode\.(\w+)\s*=(?!=)", handle.read())
+        assert assigned == [], (name, assigned)
