@@ -49,7 +49,7 @@ CONTAINER_PLACES = {
     # The image phase runs only for a job in an image (one skipped line otherwise).
     "roles/job/tasks/train.yml",
     # Not the runtime: export writes the image into the exported job (formats that need one refuse without).
-    "plugins/plugin_utils/_export/export.py",
+    "plugins/plugin_utils/_export/job.py",
 }
 
 

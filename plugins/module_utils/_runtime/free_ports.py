@@ -60,3 +60,14 @@ def pick_free_ports(
         candidates = [p for p in range(PORT_RANGE[0], PORT_RANGE[1] + 1) if p not in skip and p not in picked]
         picked.append(pick_free_port(candidates, in_use, rng))
     return picked
+
+
+def pick_ports_main(count: str, out: Callable[[str], object], err: Callable[[str], object]) -> int:
+    """``supervisor.py --pick-ports N``: N free ports on this node, comma-separated (Slurm's task script asks)."""
+    try:
+        picked = pick_free_ports(int(count))
+    except RuntimeError as exc:
+        err("gpufleet supervisor: %s\n" % exc)
+        return 1
+    out(",".join(str(port) for port in picked) + "\n")
+    return 0

@@ -24,9 +24,13 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbea
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
 
 
-# Where the members' news placed this spare: its node rank from the attempt named, the host it replaces there, and
-# why the attempt starts. stand_by returns it; the supervisor alone takes it on (Supervisor._take_place).
-Placement = collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason"))
+class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason"))):
+    """Where the members' news placed this spare: its node rank from the attempt named, the host it replaces there,
+    and why the attempt starts. stand_by returns it; the supervisor alone takes it on (Supervisor._take_place)."""
+
+    def record(self) -> dict:
+        """state.json's took_place_of."""
+        return {"node_rank": self.node_rank, "host": self.replaced, "attempt": self.attempt, "why": self.restart_reason}
 
 
 class SpareHost(Protocol):

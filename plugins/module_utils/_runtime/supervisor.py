@@ -39,7 +39,7 @@ import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_free_ports
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_ports_main
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
@@ -48,8 +48,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_even
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import (
-    Placement, replace_nodes, spare_view, stand_by, unused)
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
     attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
@@ -312,11 +311,8 @@ class Supervisor:
         """This spare becomes the node rank the members placed it at, from their attempt on (spares.stand_by)."""
         self.node_rank, self.attempt, self.restart_reason = placement.node_rank, placement.attempt, placement.restart_reason
         self.spec["nodes"] = [list(member) for member in self.gang.nodes]
-        self.save(took_place_of={"node_rank": self.node_rank, "host": placement.replaced, "attempt": self.attempt,
-                                 "why": self.restart_reason})
-        self.log("takes node_rank %d in place of %s from attempt %d: %s" % (
-            self.node_rank, placement.replaced, self.attempt, self.restart_reason))
-        self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members())
+        self.log("takes node_rank %d in place of %s from attempt %d: %s" % (self.node_rank, placement.replaced, self.attempt, self.restart_reason))
+        self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members(), took_place_of=placement.record())
 
     # -- the whole run ------------------------------------------------------------------------------------------
 
@@ -329,14 +325,14 @@ class Supervisor:
             self._join_gang()
         except OSError as exc:
             self.ended = PartOutcome(JobState.FAILED, 1, reason="cannot join the gang: %s" % exc)
-            self._write_exit_code(1)
+            self.state_file.write_exit_code(1)
             self.save(state=JobState.FAILED, exit_code=1, ended_at=time.time(), error=self.ended.reason)
             return 1
         self.save()
         if self.spec.get("spares") and self.node_rank >= len(self.spec["nodes"]):  # a spare
             placement = stand_by(self)
-            if placement is None:  # the job did not need it
-                self._write_exit_code(0)
+            if placement is None:  # the job ended without needing it
+                self.state_file.write_exit_code(0)
                 return unused(self)
             self._take_place(placement)
         self.log(self.gpu_watch.start())
@@ -363,7 +359,7 @@ class Supervisor:
         self.state.pop("phase", None)
         # exit_code first: whoever sees the final state in state.json finds exit_code there too.
         ended = self.ended
-        self._write_exit_code(ended.exit_code)
+        self.state_file.write_exit_code(ended.exit_code)
         self.save(
             state=ended.outcome,
             exit_code=ended.exit_code,
@@ -389,19 +385,10 @@ class Supervisor:
         self.gang.close()
         return int(ended.exit_code)
 
-    def _write_exit_code(self, exit_code: int) -> None:
-        self.state_file.write_exit_code(exit_code)
-
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--pick-ports":
-        try:
-            picked = pick_free_ports(int(argv[2]))
-        except RuntimeError as exc:
-            sys.stderr.write("gpufleet supervisor: %s\n" % exc)
-            return 1
-        sys.stdout.write(",".join(str(port) for port in picked) + "\n")
-        return 0
+        return pick_ports_main(argv[2], sys.stdout.write, sys.stderr.write)
     if len(argv) != 2:
         sys.stderr.write("usage: supervisor.py JOB_DIR | supervisor.py --pick-ports N\n")
         return 2
