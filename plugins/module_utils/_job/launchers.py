@@ -92,8 +92,12 @@ def contract_env(spec, job_dir: str) -> dict[str, str]:
     }
 
 
-def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
-    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with a static rendezvous.
+def torchrun_options(nnodes: object, node_rank: object, nproc_per_node: object, master_addr: object,
+                     master_port: object, log_dir: str | None = None) -> list[str]:
+    """torchrun's options for one node of a static rendezvous, up to the script: the one spelling of them. The
+    launch passes them as an argv (numbers and the master's address); export.yml's scripts write them into a shell
+    line with the scheduler's variables as the values ('"$SLURM_NODEID"', '$PET_NODE_RANK'). No restart by torchrun:
+    a restart is the supervisor's (or the scheduler's) to decide, for the whole gang.
 
     With log_dir, torchrun keeps each worker's TORCHELASTIC_ERROR_FILE there (in the job folder), so the error a
     script records with ``@record`` outlives the run and reaches the report; and tees each worker's output there
@@ -101,19 +105,21 @@ def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
     (torch_prelude: ``[rank4|0]: ``, global and local rank).
     """
     return [
-        spec.python,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=%d" % spec.nnodes,
-        "--node-rank=%d" % spec.node_rank,
-        "--nproc-per-node=%d" % spec.nproc_per_node,
-        "--master-addr=%s" % spec.master_addr,
-        "--master-port=%d" % spec.master_port,
+        "--nnodes=%s" % nnodes,
+        "--node-rank=%s" % node_rank,
+        "--nproc-per-node=%s" % nproc_per_node,
+        "--master-addr=%s" % master_addr,
+        "--master-port=%s" % master_port,
         "--rdzv-backend=static",
-    ] + (["--log-dir=%s" % log_dir, "--tee=3"] if log_dir else []) + [
-        "--max-restarts=0",
-        spec.script,
-    ] + list(spec.script_args)
+    ] + (["--log-dir=%s" % log_dir, "--tee=3"] if log_dir else []) + ["--max-restarts=0"]
+
+
+def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
+    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with torchrun_options."""
+    return [spec.python, "-m", "torch.distributed.run",
+            *torchrun_options(spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port,
+                              log_dir),
+            spec.script, *spec.script_args]
 
 
 def runs_here(spec) -> bool:

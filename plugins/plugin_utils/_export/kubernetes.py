@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launchers import torchrun_options
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._export.job import ExportJob
 
 
@@ -39,8 +40,7 @@ def torch_shell(job: ExportJob, nnodes: str, node_rank: str, addr: str, port: st
     """The container's command: the MLP_* contract from the operator's variables, then torchrun (or the script)."""
     args = shlex.join((job.script, *job.script_args))
     run = ("exec python %s" % args if job.launcher == "none" else
-           "exec torchrun --nnodes=%s --nproc-per-node=%d --node-rank=%s --master-addr=%s --master-port=%s %s"
-           % (nnodes, job.nproc_per_node, node_rank, addr, port, args))
+           "exec torchrun %s %s" % (" ".join(torchrun_options(nnodes, node_rank, job.nproc_per_node, addr, port)), args))
     return ["/bin/bash", "-c",
             "export NODE_RANK=%s MLP_ROLE_INDEX=%s MLP_WORKER_0_HOST=%s MLP_WORKER_0_PORT=%s; %s"
             % (node_rank, node_rank, addr, port, run)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launchers import torchrun_options
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.slurm_batch import sbatch_head
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._export.job import DEFAULT_PORT, ExportJob
 
@@ -18,9 +19,9 @@ def _rank_command(job: ExportJob) -> str:
     args = shlex.join((job.script, *job.script_args))
     if job.launcher == "none":
         return 'exec "$PYTHON" %s' % args
-    return ('exec "$PYTHON" -m torch.distributed.run --nnodes="$SLURM_NNODES" --nproc-per-node=%d '
-            '--node-rank="$SLURM_NODEID" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" '
-            '--max-restarts=0 %s' % (job.nproc_per_node, args))
+    options = torchrun_options('"$SLURM_NNODES"', '"$SLURM_NODEID"', job.nproc_per_node, '"$MASTER_ADDR"',
+                               '"$MASTER_PORT"')
+    return 'exec "$PYTHON" -m torch.distributed.run %s %s' % (" ".join(options), args)
 
 
 def sbatch(job: ExportJob) -> str:

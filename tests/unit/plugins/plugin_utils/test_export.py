@@ -48,8 +48,9 @@ def test_trainjob_fields():
     check_env(env_of(trainer))
     command = trainer["command"]
     assert command[:2] == ["/bin/bash", "-c"]
-    assert ("torchrun --nnodes=$PET_NNODES --nproc-per-node=8 --node-rank=$PET_NODE_RANK "
-            "--master-addr=$PET_MASTER_ADDR --master-port=$PET_MASTER_PORT train.py --epochs 3 --name 'first try'"
+    assert ("torchrun --nnodes=$PET_NNODES --node-rank=$PET_NODE_RANK --nproc-per-node=8 "
+            "--master-addr=$PET_MASTER_ADDR --master-port=$PET_MASTER_PORT --rdzv-backend=static --max-restarts=0 "
+            "train.py --epochs 3 --name 'first try'"
             in command[2])
     assert "MLP_ROLE_INDEX=$PET_NODE_RANK" in command[2]
 
@@ -69,8 +70,9 @@ def test_pytorchjob_fields():
         assert container["name"] == "pytorch"  # the container the operator configures
         assert container["image"] == JOB.container_image and container["resources"] == {"limits": {"nvidia.com/gpu": 8}}
         check_env(env_of(container))
-        assert ("torchrun --nnodes=$PET_NNODES --nproc-per-node=8 --node-rank=$PET_NODE_RANK "
-                "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT train.py" in container["command"][2])
+        assert ("torchrun --nnodes=$PET_NNODES --node-rank=$PET_NODE_RANK --nproc-per-node=8 "
+                "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT --rdzv-backend=static --max-restarts=0 "
+                "train.py" in container["command"][2])
     one = manifest("pytorchjob", export.ExportJob(job="solo", script="t.py", nnodes=1, nproc_per_node=1,
                                                   container_image="img"))
     assert list(one["spec"]["pytorchReplicaSpecs"]) == ["Master"]
@@ -106,7 +108,7 @@ def test_sbatch_fields_and_syntax():
                        "--gres=gpu:8", "--output=llama-ft-%j.out", "--requeue"]
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
     assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 --output=llama-ft-%j-%N.out bash -c" in text
-    assert '--nproc-per-node=8 --node-rank="$SLURM_NODEID"' in text
+    assert '--node-rank="$SLURM_NODEID" --nproc-per-node=8' in text
     assert "train.py --epochs 3 --name '\"'\"'first try'\"'\"'" in text  # quoted twice: the script, then bash -c
     assert "export NCCL_SOCKET_IFNAME=ens5" in text
     assert ': "${HF_TOKEN:?is a secret of job llama-ft' in text
