@@ -187,7 +187,7 @@ reads:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state, packages
 
 LIST_OF_STR = {"type": "list", "elements": "str", "default": []}
 LIST_OF_DICT = {"type": "list", "elements": "dict", "default": []}
@@ -213,9 +213,9 @@ def drift_of(params: dict, run: node_state.Run, found: dict | None = None) -> tu
     """Every difference between the node and params, and what was read (packages, python_packages). found: the
     packages already read (reads_of reads those of every read at once)."""
     names = package_names(params)
-    packages = ({name: found[name] for name in names if name in found} if found is not None
-                else node_state.read_packages(names, params["package_manager"], run))
-    drift = node_state.package_drift(params["packages"], params["absent_packages"], params["held"], packages)
+    installed = ({name: found[name] for name in names if name in found} if found is not None
+                 else packages.read_packages(names, params["package_manager"], run))
+    drift = packages.package_drift(params["packages"], params["absent_packages"], params["held"], installed)
     for want in params["files"]:
         drift.extend(node_state.file_drift(want, node_state.read_file(want["path"])))
     for want in params["blocks"]:
@@ -230,7 +230,7 @@ def drift_of(params: dict, run: node_state.Run, found: dict | None = None) -> tu
     if params["kernel_modules"]:
         loaded = node_state.loaded_modules(node_state.read_text("/proc/modules"))
         drift.extend(node_state.module_drift(params["kernel_modules"], loaded))
-    read: dict = {"packages": packages,
+    read: dict = {"packages": installed,
                   "contents": {name: node_state.read_text(path, READ_LIMIT) for name, path in params["read"].items()}}
     if params.get("grep"):
         grep = params["grep"]
@@ -265,7 +265,7 @@ def reads_of(reads: dict[str, dict], run: node_state.Run) -> dict[str, dict]:
     for kind in sorted(set(params["package_manager"] for params in reads.values())):
         names = sorted(set(name for params in reads.values() if params["package_manager"] == kind
                            for name in package_names(params)))
-        found[kind] = node_state.read_packages(names, kind, run)
+        found[kind] = packages.read_packages(names, kind, run)
     results = {}
     for name, params in reads.items():
         drift, read = drift_of(params, run, found[params["package_manager"]])
@@ -292,7 +292,7 @@ def main() -> None:
         read["reads"] = reads_of(reads, run)
     if module.params["all_packages"]:
         kind = module.params["package_manager"]
-        read["installed"] = node_state.package_facts(node_state.read_packages(None, kind, run), kind)
+        read["installed"] = packages.package_facts(packages.read_packages(None, kind, run), kind)
     module.exit_json(changed=False, drift=drift, **read)
 
 

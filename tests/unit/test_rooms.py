@@ -22,7 +22,7 @@ ALLOWED = {
     "module_utils/_node": ("module_utils._runtime", "module_utils._node"),
     "module_utils/_job": ("module_utils._runtime", "module_utils._node", "module_utils._job"),
     "module_utils": ("module_utils",),
-    "plugin_utils/_provision": ("plugin_utils._provision", "module_utils._node.node_state"),
+    "plugin_utils/_provision": ("plugin_utils._provision", "module_utils._node.packages"),
     "plugin_utils/_control": ("module_utils", "plugin_utils._control"),
     "plugin_utils/_postmortem": ("module_utils._runtime", "plugin_utils._postmortem"),
     "plugin_utils/_export": ("module_utils", "plugin_utils._control", "plugin_utils._export"),

@@ -18,124 +18,23 @@ import pwd
 import re
 import socket
 import stat
+import subprocess
 from typing import Any, Callable, Optional
 
 Run = Callable[[list], "tuple[int, str, str]"]
 
-# dpkg's status of an installed package (dpkg-query ${db:Status-Abbrev}: want, status, error flags): "ii ", or "hi "
-# when held. https://man7.org/linux/man-pages/man1/dpkg-query.1.html
-DPKG_FORMAT = "${Package}\t${db:Status-Abbrev}\t${Version}\n"
-# dnf's versionlock plugin keeps its locks here, one NEVRA pattern a line (dnf-plugins-core, versionlock.conf's
-# locklist); the dnf5 plugin keeps the same place for compatibility.
-VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Packages
-
-
-def parse_dpkg(out: str) -> dict[str, dict[str, Any]]:
-    """name -> {version, held} for each installed package in dpkg-query's DPKG_FORMAT output (half-installed or
-    removed packages, whose status letter is not "i", are left out)."""
-    found: dict[str, dict[str, Any]] = {}
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3 or len(parts[1]) < 2 or parts[1][1] != "i":
-            continue
-        name = parts[0].split(":", 1)[0]  # libfoo:amd64, a multi-arch package
-        found[name] = {"version": parts[2], "held": parts[1][0] == "h"}
-    return found
-
-
-def parse_rpm(out: str, locks: str = "") -> dict[str, dict[str, Any]]:
-    """name -> {version, held, stale_lock} from `rpm -q --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'` ("package x is
-    not installed" lines are left out) and the versionlock list's text: held where a lock holds the installed
-    version, stale_lock where the package's only locks hold another (a lock left from before an upgrade)."""
-    locked: dict[str, list[str]] = {}
-    for entry in lock_entries(locks):
-        locked.setdefault(lock_name(entry), []).append(lock_version(entry))
-    found: dict[str, dict[str, Any]] = {}
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 2:
-            versions = locked.get(parts[0], [])
-            found[parts[0]] = {"version": parts[1], "held": parts[1] in versions,
-                               "stale_lock": bool(versions) and parts[1] not in versions}
-    return found
-
-
-def lock_entries(listing: str) -> list[str]:
-    """The locks of `dnf versionlock list` output or of the plugin's versionlock.list, one entry each: its header
-    ("Last metadata expiration check ..."), comments, blank lines and exclusions (`!NAME-...`, which hold nothing)
-    left out. The one reader of the lock list: node_state's reads and the roles' filters
-    (plugin_utils/_provision/nvidia_packaging.py) both use it."""
-    return [line.strip() for line in listing.splitlines()
-            if line.strip() and not line.startswith(("Last metadata", "Updating", "#"))
-            and not line.strip().startswith("!") and "-" in line]
-
-
-def lock_name(pattern: str) -> str:
-    """The package name of a versionlock entry (NAME-EPOCH:VERSION-RELEASE.ARCH, or NAME-VERSION...): the part
-    before the epoch or the version."""
-    pattern = pattern.strip().lstrip("!")
-    head = pattern.split(":", 1)[0]
-    if ":" in pattern:  # name-epoch:version-release.arch
-        return head.rsplit("-", 1)[0]
-    return pattern.rsplit("-", 2)[0]
-
-
-# The arch part dnf's versionlock plugin writes after a lock's release (dnf-plugins-core versionlock.py: `add` writes
-# NAME-EPOCH:VERSION-RELEASE.*), or an arch a lock was written with by hand.
-_LOCK_ARCHES = ("*", "x86_64", "aarch64", "noarch", "i686")
-
-
-def lock_version(pattern: str) -> str:
-    """The VERSION-RELEASE a versionlock entry holds, as rpm's %{VERSION}-%{RELEASE} prints it."""
-    pattern = pattern.strip().lstrip("!")
-    name = lock_name(pattern)
-    rest = pattern[len(name) + 1:]
-    rest = rest.split(":", 1)[1] if ":" in rest else rest
-    stem, _dot, arch = rest.rpartition(".")
-    return stem if stem and arch in _LOCK_ARCHES else rest
-
-
-def read_packages(names: Optional[list[str]], kind: str, run: Run) -> dict[str, dict[str, Any]]:
-    """The installed ones of names (every installed package when names is None), with version and hold, in one
-    command."""
-    if names is not None and not names:
-        return {}
-    names = names or []
-    if kind == "apt":
-        _rc, out, _err = run(["dpkg-query", "-W", "-f", DPKG_FORMAT, *names])
-        return parse_dpkg(out)
-    query = ["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", *names] if names else [
-        "rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
-    _rc, out, _err = run(query)
-    return parse_rpm(out, read_text(VERSIONLOCK_LIST) or "")
-
-
-def package_facts(found: dict[str, dict[str, Any]], kind: str) -> dict[str, list[dict[str, str]]]:
-    """The installed packages in the shape of ansible.builtin.package_facts' ansible_facts.packages (a name maps to
-    a list of its installed versions), which the roles' missing_packages filter reads."""
-    source = "apt" if kind == "apt" else "rpm"
-    return {name: [{"name": name, "version": have["version"], "source": source}] for name, have in found.items()}
-
-
-def package_drift(wanted: list[str], absent: list[str], held: list[str],
-                  found: dict[str, dict[str, Any]]) -> list[str]:
-    """Sentences for each difference. wanted: "name" (any version) or "name=version" (a version that starts so)."""
-    drift = []
-    for spec in wanted:
-        name, _sep, version = spec.partition("=")
-        have = found.get(name)
-        if have is None:
-            drift.append("package %s is not installed" % name)
-        elif version and not have["version"].startswith(version):
-            drift.append("package %s is %s, not %s" % (name, have["version"], version))
-    drift.extend("package %s is installed" % name for name in absent if name in found)
-    drift.extend("package %s is not held" % name for name in held if name in found and not found[name]["held"])
-    drift.extend("package %s is not installed (to hold)" % name for name in held if name not in found)
-    return drift
+def run_argv(argv: list, timeout: int = 60) -> tuple[int, str, str]:
+    """Run a read-only command as AnsibleModule.run_command answers, (rc, stdout, stderr), for the readers that run
+    outside node_state's module: 127 where the command is not there (the shell's "command not found"), 124 past
+    the timeout (timeout(1)'s)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)  # noqa: S603
+    except OSError as exc:
+        return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", "%s did not answer within %d s" % (argv[0], timeout)
+    return done.returncode, done.stdout, done.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------

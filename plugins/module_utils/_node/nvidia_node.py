@@ -11,7 +11,7 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node import sysfs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state, packages, sysfs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health
 
 NVIDIA_VENDOR = "0x10de"
@@ -107,16 +107,11 @@ KERNEL_MODULE_PACKAGE_PREFIXES = ("nvidia-open", "cuda-drivers", "nvidia-kernel"
 RUNFILE_UNINSTALLER = "usr/bin/nvidia-uninstall"
 
 
-def installed_packages(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> list[str] | None:
-    """The names of the installed packages (dpkg, else rpm), or None where neither answers."""
-    for command in (["dpkg-query", "-W", "-f=${Package}\n"], ["rpm", "-qa", "--qf", "%{NAME}\n"]):
-        try:
-            done = run(command, capture_output=True, text=True, check=False, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return done.stdout.split()
-    return None
+def installed_packages(run: node_state.Run = node_state.run_argv) -> list[str] | None:
+    """The names of the installed packages (dpkg's, else rpm's: packages.query_packages), or None where neither
+    answers."""
+    found = packages.query_packages(None, run)
+    return None if found is None else list(found)
 
 
 def driver_origin(driver: str | None, packages: list[str] | None, root: str = "/") -> str | None:
@@ -240,18 +235,10 @@ def cuda_version(cuda_home: str = "/usr/local/cuda",
     return None
 
 
-def package_version(names: tuple[str, ...], run: Callable[..., subprocess.CompletedProcess] = subprocess.run
-                    ) -> str | None:
-    """The installed version of the first of names found by dpkg or rpm."""
-    for name in names:
-        for command in (["dpkg-query", "-W", "-f=${Version}", name], ["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", name]):
-            try:
-                done = run(command, capture_output=True, text=True, check=False, timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if done.returncode == 0 and done.stdout.strip():
-                return done.stdout.strip()
-    return None
+def package_version(names: tuple[str, ...], run: node_state.Run = node_state.run_argv) -> str | None:
+    """The installed version of the first of names that is installed (packages.query_packages: one query)."""
+    found = packages.query_packages(list(names), run) or {}
+    return next((found[name]["version"] for name in names if name in found), None)
 
 
 def persistence_mode(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
@@ -265,16 +252,13 @@ def persistence_mode(run: Callable[..., subprocess.CompletedProcess] = subproces
     return "/".join(modes) if done.returncode == 0 and modes else None
 
 
-def service_state(name: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
-    """`systemctl is-active` of a unit ("active", "inactive", "failed", ...), or "no systemd" where systemd is not
-    the init (a container) or systemctl is missing."""
-    if not os.path.isdir("/run/systemd/system"):
+def service_state(name: str, run: node_state.Run = node_state.run_argv) -> str:
+    """A unit's ActiveState ("active", "inactive", "failed", ...: node_state.read_services), or "no systemd" where
+    systemd is not the init (a container) or systemctl is missing."""
+    units = node_state.read_services([name], run) if os.path.isdir("/run/systemd/system") else None
+    if units is None:
         return "no systemd"
-    try:
-        done = run(["systemctl", "is-active", name], capture_output=True, text=True, check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "no systemd"
-    return done.stdout.strip() or "unknown"
+    return units.get(name if "." in name else name + ".service", {}).get("ActiveState") or "unknown"
 
 
 def module_loaded(name: str, sys_root: str = "/sys") -> bool:

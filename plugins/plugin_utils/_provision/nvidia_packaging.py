@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node.node_state import lock_entries, lock_name
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node.packages import lock_entries, lock_name
 
 # `dnf versionlock list` prints NAME-[EPOCH:]VERSION-RELEASE.* (NVIDIA driver installation guide, "Version locking").
 _EPOCH_RE = re.compile(r"^\d+:")

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import node_state, packages
 from ansible_collections.gpufleet.cluster.plugins.modules.node_state import drift_of
 
 # dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n' as Debian 12 printed it: installed ("ii "), held
@@ -26,43 +26,43 @@ SYSTEMCTL_OUT = ("Id=ssh.service\nUnitFileState=enabled\nActiveState=active\n\n"
 
 
 def test_dpkg_output_gives_installed_packages_their_version_and_hold():
-    found = node_state.parse_dpkg(DPKG_OUT)
+    found = packages.parse_dpkg(DPKG_OUT)
     assert found == {"bash": {"version": "5.2.15-2+b8", "held": False},
                      "libnccl2": {"version": "2.21.5-1+cuda12.4", "held": True},
                      "libc6": {"version": "2.36-9+deb12u14", "held": False}}
 
 
 def test_rpm_output_and_the_versionlock_list_give_versions_and_holds():
-    found = node_state.parse_rpm(RPM_OUT, VERSIONLOCK)
+    found = packages.parse_rpm(RPM_OUT, VERSIONLOCK)
     assert found == {"libnccl": {"version": "2.21.5-1+cuda12.4", "held": True, "stale_lock": False}}
     # A lock of another version than the installed one (left from before an upgrade) holds nothing: not held, and
     # said to be stale so that the hold releases it before locking the installed version.
-    upgraded = node_state.parse_rpm("libnccl\t2.26.2-1+cuda12.8\nnvidia-driver\t570.86.15-1.el9\n", VERSIONLOCK)
+    upgraded = packages.parse_rpm("libnccl\t2.26.2-1+cuda12.8\nnvidia-driver\t570.86.15-1.el9\n", VERSIONLOCK)
     assert upgraded == {"libnccl": {"version": "2.26.2-1+cuda12.8", "held": False, "stale_lock": True},
                         "nvidia-driver": {"version": "570.86.15-1.el9", "held": True, "stale_lock": False}}
-    assert node_state.lock_name("nvidia-driver-3:570.86.15-1.el9.*") == "nvidia-driver"
-    assert node_state.lock_name("cuda-toolkit-12-8-12.8.1-1") == "cuda-toolkit-12-8"
-    assert node_state.lock_name("libnccl-devel-0:2.26.2-1+cuda12.8.*") == "libnccl-devel"
-    assert node_state.lock_name("kmod-nvidia-open-dkms-3:575.51-1.fc41.*") == "kmod-nvidia-open-dkms"
-    assert node_state.lock_name("libnccl-2.26.2-1+cuda12.8.*") == "libnccl"  # no epoch: version and release last
+    assert packages.lock_name("nvidia-driver-3:570.86.15-1.el9.*") == "nvidia-driver"
+    assert packages.lock_name("cuda-toolkit-12-8-12.8.1-1") == "cuda-toolkit-12-8"
+    assert packages.lock_name("libnccl-devel-0:2.26.2-1+cuda12.8.*") == "libnccl-devel"
+    assert packages.lock_name("kmod-nvidia-open-dkms-3:575.51-1.fc41.*") == "kmod-nvidia-open-dkms"
+    assert packages.lock_name("libnccl-2.26.2-1+cuda12.8.*") == "libnccl"  # no epoch: version and release last
 
 
 def test_an_exclusion_in_the_lock_list_holds_nothing():
     """`dnf versionlock exclude` writes `!NAME-...`: that version is kept out, no version is held."""
     listing = "Last metadata expiration check: 0:01:02 ago.\n!nvidia-driver-3:570.86.15-1.el9.*\n"
-    assert node_state.lock_entries(listing) == []
-    assert node_state.parse_rpm("nvidia-driver\t570.86.15-1.el9\n", listing) == {
+    assert packages.lock_entries(listing) == []
+    assert packages.parse_rpm("nvidia-driver\t570.86.15-1.el9\n", listing) == {
         "nvidia-driver": {"version": "570.86.15-1.el9", "held": False, "stale_lock": False}}
 
 
 def test_each_package_difference_is_a_sentence_naming_the_package():
-    found = node_state.parse_dpkg(DPKG_OUT)
-    drift = node_state.package_drift(["bash", "openmpi-bin", "libnccl2=2.21.5", "libc6=2.37"], ["bash"],
+    found = packages.parse_dpkg(DPKG_OUT)
+    drift = packages.package_drift(["bash", "openmpi-bin", "libnccl2=2.21.5", "libc6=2.37"], ["bash"],
                                      ["libnccl2", "bash", "libnccl-dev"], found)
     assert drift == ["package openmpi-bin is not installed", "package libc6 is 2.36-9+deb12u14, not 2.37",
                      "package bash is installed", "package bash is not held",
                      "package libnccl-dev is not installed (to hold)"]
-    assert node_state.package_drift(["bash", "libnccl2=2.21.5-1"], [], ["libnccl2"], found) == []
+    assert packages.package_drift(["bash", "libnccl2=2.21.5-1"], [], ["libnccl2"], found) == []
 
 
 def test_a_file_differs_by_kind_content_mode_owner_and_group(tmp_path):
@@ -265,11 +265,11 @@ def test_every_installed_package_in_package_facts_shape_from_one_command():
         commands.append(argv)
         return (1, DPKG_OUT, "") if argv[0] == "dpkg-query" else (0, RPM_OUT, "")
 
-    facts = node_state.package_facts(node_state.read_packages(None, "apt", run), "apt")
-    assert commands == [["dpkg-query", "-W", "-f", node_state.DPKG_FORMAT]]
+    facts = packages.package_facts(packages.read_packages(None, "apt", run), "apt")
+    assert commands == [["dpkg-query", "-W", "-f", packages.DPKG_FORMAT]]
     assert sorted(facts) == ["bash", "libc6", "libnccl2"]  # the removed openmpi-bin ("rc") is not installed
     assert facts["libnccl2"] == [{"name": "libnccl2", "version": "2.21.5-1+cuda12.4", "source": "apt"}]
-    node_state.read_packages(None, "dnf", run)
+    packages.read_packages(None, "dnf", run)
     assert commands[-1][:2] == ["rpm", "-qa"]
     from ansible_collections.gpufleet.cluster.plugins.filter.missing_packages import missing_packages
     assert missing_packages(["bash", "openmpi-bin"], facts) == ["openmpi-bin"]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -94,8 +95,23 @@ def test_cuda_version_from_nvcc():
 
 
 def test_package_versions():
-    assert nvidia_node.package_version(("libnccl2",), completed("2.26.2-1+cuda12.8")) == "2.26.2-1+cuda12.8"
-    assert nvidia_node.package_version(("libnccl2",), completed("", rc=1)) is None
+    """Through node_state's one package reader: dpkg-query's answer (DPKG_FORMAT, as Debian 12 printed it) for the
+    names asked, the first installed one's version; a removed package ("rc ") is not installed."""
+    def dpkg(out, rc=0):
+        return lambda argv: (rc, out, "dpkg-query: no packages found matching libnccl\n" if rc else "")
+    assert nvidia_node.package_version(("libnccl2",), dpkg("libnccl2\tii \t2.26.2-1+cuda12.8\n")) == "2.26.2-1+cuda12.8"
+    assert nvidia_node.package_version(("libnccl2", "libnccl"), dpkg("libnccl2\trc \t2.26.2-1+cuda12.8\n", 1)) is None
+    assert nvidia_node.package_version(("libnccl2",), dpkg("", rc=1)) is None
+
+
+def test_package_versions_from_this_machines_own_package_manager():
+    """Ground truth: the reader against the real dpkg-query (or rpm) of the machine the tests run on."""
+    assert shutil.which("dpkg-query") or shutil.which("rpm"), "the tests run on a machine with dpkg or rpm"
+    own = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "bash"] if shutil.which("dpkg-query") else
+                         ["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "bash"], capture_output=True, text=True,
+                         check=True).stdout
+    assert nvidia_node.package_version(("gpufleet-no-such-package", "bash")) == own
+    assert "bash" in nvidia_node.installed_packages()
 
 
 def test_nvswitches_are_nvidia_bridges(tmp_path):
@@ -134,12 +150,31 @@ def test_driver_origin(tmp_path):
 
 
 def test_installed_packages_from_dpkg_else_rpm():
-    def dpkg_missing(cmd, **_kwargs):
-        if cmd[0] == "dpkg-query":
-            raise FileNotFoundError(cmd[0])
-        return subprocess.CompletedProcess(cmd, 0, stdout="kmod-nvidia-open-dkms\nbash\n", stderr="")
+    """Where dpkg-query is not there (127, as run_argv and run_command answer), rpm -qa's names (its
+    %{NAME}\t%{VERSION}-%{RELEASE} lines); None where neither answers."""
+    def dpkg_missing(argv):
+        if argv[0] == "dpkg-query":
+            return 127, "", "[Errno 2] No such file or directory: 'dpkg-query'"
+        return 0, "kmod-nvidia-open-dkms\t575.57.08-1.el9\nbash\t5.1.8-9.el9\n", ""  # hand-made, in rpm's --qf format
     assert nvidia_node.installed_packages(dpkg_missing) == ["kmod-nvidia-open-dkms", "bash"]
-    assert nvidia_node.installed_packages(lambda cmd, **_kw: subprocess.CompletedProcess(cmd, 1, "", "")) is None
+    assert nvidia_node.installed_packages(lambda argv: (1, "", "")) is None
+
+
+def test_service_state_through_node_states_one_reader(monkeypatch):
+    """systemctl show's ActiveState (node_state.read_services), "no systemd" where systemctl does not answer or
+    systemd is not the init."""
+    asked = []
+
+    def systemctl(argv):
+        asked.append(argv)
+        return 0, "Id=nvidia-fabricmanager.service\nUnitFileState=enabled\nActiveState=failed\n", ""
+    monkeypatch.setattr(nvidia_node.os.path, "isdir", lambda path: path == "/run/systemd/system")
+    assert nvidia_node.service_state("nvidia-fabricmanager", systemctl) == "failed"
+    assert asked == [["systemctl", "show", "--property=Id,UnitFileState,ActiveState", "--",
+                      "nvidia-fabricmanager.service"]]
+    assert nvidia_node.service_state("nvidia-imex", lambda argv: (1, "", "Failed to connect to bus")) == "no systemd"
+    monkeypatch.setattr(nvidia_node.os.path, "isdir", lambda path: False)
+    assert nvidia_node.service_state("nvidia-imex", systemctl) == "no systemd"
 
 
 def test_secure_boot_from_efivars(tmp_path):
