@@ -2,7 +2,7 @@
 """Scale: launch, gang stop and re-provision at 2 to 16 container nodes, against the direct way.
 
     make bench-scale                # or: .venv/bin/python bench/scale.py [--sizes 2,4,8,16] [--runs 3]
-                                    #     [--control-path 64] [--profile 8] [--forks-check 8]
+                                    #     [--control-path 64] [--profile 8] [--forks-check 8] [--baseline REF]
 
 For each node count N, on a fresh cluster of N plain container nodes (tests/cluster/testbed.py) started from a
 provisioned image (a node provisioned once, then saved without its keys: the nodes do not download the same
@@ -17,6 +17,7 @@ Debian packages N times), one rank per node, gloo:
   - direct: one ssh per node, started in parallel from the controller, each running that node's torchrun line
     (static rendezvous, the node's /etc/gpufleet/nccl.env sourced), as pdsh/pssh users do; the same SSH options
     as the inventory's (key, known hosts, host key checking on, ControlMaster/ControlPersist as ansible.cfg).
+  - with --baseline REF: the train.yml of commit REF (git archive, bench/provision_cost.py), between the two.
   Cold: a fresh ControlPath folder (no SSH connection open); warm: connections left open by an untimed ssh to
   every node. Runs alternate: direct cold, gpufleet cold, direct warm, gpufleet warm.
 - P2 gang stop: train.yml with tests/cluster/scripts/faulty_train.py on every node; once every node trains, the
@@ -252,46 +253,57 @@ def direct(bench: Bench, bench_dir: str, label: str, port: int, control_dir: str
     return last_stamp(host_dir, count) - started
 
 
-def gpufleet(bench: Bench, bench_dir: str, label: str, control_dir: str, profile: str | None = None
-             ) -> tuple[float, Measured]:
+def gpufleet(bench: Bench, bench_dir: str, label: str, control_dir: str, profile: str | None = None,
+             root: str = REPO) -> tuple[float, Measured]:
+    """train.yml of the checkout at root (this one, or the baseline's)."""
     host_dir, node_dir = stamps_dir(bench_dir, label)
     extra = json.dumps({"gpufleet_env": {"BENCH_STAMPS": node_dir, "OMP_NUM_THREADS": "1"}})
     done = bench.playbook("train.yml", "-e", "script=%s/init_timer.py" % BENCH_MOUNT, "-e", "script_on_nodes=true",
-                          "-e", "job=%s" % label, "-e", extra, control_dir=control_dir, profile=profile)
+                          "-e", "job=%s" % label, "-e", extra, control_dir=control_dir, profile=profile,
+                          root=root)
     if done.rc != 0:
         raise SystemExit("train.yml failed:\n" + done.out[-4000:])
     return last_stamp(host_dir, len(bench.nodes)) - done.started, done
 
 
-def p1_launch(bench: Bench, bench_dir: str, runs: int) -> dict:
-    rows: dict[str, list[float]] = {"direct_cold": [], "gpufleet_cold": [], "direct_warm": [], "gpufleet_warm": []}
+def p1_launch(bench: Bench, bench_dir: str, runs: int, baseline: str | None = None) -> dict:
+    """Direct, then the baseline's train.yml (with --baseline: the checkout of that commit), then this checkout's,
+    cold and warm, runs times; the medians, the ratios to the direct way and to the baseline."""
+    kinds = ("direct", "baseline", "gpufleet") if baseline else ("direct", "gpufleet")
+    rows: dict[str, list[float]] = {"%s_%s" % (who, kind): [] for kind in ("cold", "warm") for who in kinds}
     costs: list[Measured] = []
     count = len(bench.nodes)
     warm_direct = tempfile.mkdtemp(dir=bench.state, prefix="cp-dw-")
     for run in range(runs):
         for kind in ("cold", "warm"):
-            if kind == "cold":
-                direct_dir = tempfile.mkdtemp(dir=bench.state, prefix="cp-dc-")
-                fleet_dir = tempfile.mkdtemp(dir=bench.state, prefix="cp-gc-")
-            else:
-                direct_dir, fleet_dir = warm_direct, bench.warm_dir
-                bench.warm_up(direct_dir)
-                bench.warm_up(fleet_dir)
             label = "p1-%d-%s-%d" % (count, kind, run)
-            took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), direct_dir)
+            dirs = {who: tempfile.mkdtemp(dir=bench.state, prefix="cp-%s-" % who) for who in kinds}
+            if kind == "warm":
+                dirs = {who: warm_direct if who == "direct" else bench.warm_dir for who in kinds}
+                for folder in set(dirs.values()):
+                    bench.warm_up(folder)
+            took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), dirs["direct"])
             rows["direct_" + kind].append(round(took, 3))
-            ready, done = gpufleet(bench, bench_dir, label + "-g", fleet_dir)
+            line = "  N=%-2d run %d %-4s direct %6.2f s" % (count, run + 1, kind, took)
+            if baseline:
+                ready, _done = gpufleet(bench, bench_dir, label + "-b", dirs["baseline"], root=baseline)
+                rows["baseline_" + kind].append(round(ready, 3))
+                line += "  baseline %6.2f s" % ready
+            ready, done = gpufleet(bench, bench_dir, label + "-g", dirs["gpufleet"])
             rows["gpufleet_" + kind].append(round(ready, 3))
             costs.append(done)
-            print("  N=%-2d run %d %-4s direct %6.2f s  gpufleet %6.2f s (playbook %6.2f s, %5.1f CPU s)"
-                  % (count, run + 1, kind, took, ready, done.seconds, done.cpu_s), flush=True)
+            print(line + "  gpufleet %6.2f s (playbook %6.2f s, %5.1f CPU s)" % (ready, done.seconds, done.cpu_s),
+                  flush=True)
             if kind == "cold":
-                bench.close(direct_dir)
-                bench.close(fleet_dir)
+                for folder in dirs.values():
+                    bench.close(folder)
     result: dict = {kind: {"runs": values, "median_s": statistics.median(values)} for kind, values in rows.items()}
     for kind in ("cold", "warm"):
         result["ratio_" + kind] = result["gpufleet_" + kind]["median_s"] / result["direct_" + kind]["median_s"]
         result["extra_s_" + kind] = result["gpufleet_" + kind]["median_s"] - result["direct_" + kind]["median_s"]
+        if baseline:
+            result["vs_baseline_" + kind] = (result["gpufleet_" + kind]["median_s"]
+                                             / result["baseline_" + kind]["median_s"])
     result["controller"] = cost_summary(costs, count)
     return result
 
@@ -371,6 +383,7 @@ def cluster(state: str, count: int, image: str, bench_dir: str) -> Bench:
 
 
 def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
+    baseline = provision_cost.checkout(args.baseline, state) if args.baseline else None
     rows = []
     for count in args.sizes:
         bench_dir = tempfile.mkdtemp(dir=state, prefix="bench-%d-" % count)
@@ -379,7 +392,7 @@ def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
         print("N=%d: starting %d nodes" % (count, count), flush=True)
         bench = cluster(os.path.join(state, "n%d" % count), count, image, bench_dir)
         row: dict = {"nodes": count, "p3": p3_reprovision(bench)}
-        row["p1"] = p1_launch(bench, bench_dir, args.runs)
+        row["p1"] = p1_launch(bench, bench_dir, args.runs, baseline)
         row["p2"] = p2_gang_stop(bench, args.runs)
         if count == args.profile:
             profile = os.path.join(state, "profile-%d.json" % count)
@@ -436,6 +449,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def baseline_table(rows: list[dict], baseline: str) -> str:
+    lines = ["| nodes | P1 warm: this / baseline %s | ratio | P1 cold: this / baseline | ratio |" % baseline,
+             "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        p1 = row["p1"]
+        lines.append("| %d | %.2f s / %.2f s | %.3f | %.2f s / %.2f s | %.3f |" % (
+            row["nodes"], p1["gpufleet_warm"]["median_s"], p1["baseline_warm"]["median_s"], p1["vs_baseline_warm"],
+            p1["gpufleet_cold"]["median_s"], p1["baseline_cold"]["median_s"], p1["vs_baseline_cold"]))
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], path: str) -> None:
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
@@ -464,6 +488,7 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=8, help="profile train.yml's tasks at this node count")
     parser.add_argument("--forks-check", type=int, default=8, help="train.yml with forks=5 at this node count")
     parser.add_argument("--control-path", type=int, default=64, help="nodes of the control-path run (0: none)")
+    parser.add_argument("--baseline", help="a commit whose train.yml P1 also measures, in the same run")
     parser.add_argument("--state", default=os.path.join(REPO, ".cache", "bench-scale"))
     parser.add_argument("--json", default=os.path.join(REPO, "logs", "bench", "scale.json"))
     parser.add_argument("--png", default=os.path.join(REPO, "logs", "bench", "scale.png"))
@@ -472,7 +497,8 @@ def main() -> int:
     shutil.rmtree(state, ignore_errors=True)
     os.makedirs(state)
     testbed.prepare()
-    result: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "runs": args.runs}
+    result: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(), "runs": args.runs,
+                    "commit": provision_cost.git_head(), "baseline": args.baseline}
     try:
         image = provisioned_image(state)
         result["rows"] = scale(args, state, image)
@@ -482,6 +508,8 @@ def main() -> int:
         testbed.down()
     write_json(args.json, result)
     print("\n" + table(result["rows"]))
+    if args.baseline:
+        print("\n" + baseline_table(result["rows"], args.baseline))
     plot(result["rows"], args.png)
     print("\nwrote %s and %s" % (args.json, args.png))
     return 0
