@@ -17,7 +17,7 @@ Debian packages N times), one rank per node, gloo:
   - direct: one ssh per node, started in parallel from the controller, each running that node's torchrun line
     (static rendezvous, the node's /etc/gpufleet/nccl.env sourced), as pdsh/pssh users do; the same SSH options
     as the inventory's (key, known hosts, host key checking on, ControlMaster/ControlPersist as ansible.cfg).
-  - with --baseline REF: the train.yml of commit REF (git archive, bench/provision_cost.py), between the two.
+  - with --baseline REF[,REF]: the train.yml of each commit (git archive, bench/provision_cost.py), between the two.
   Cold: a fresh ControlPath folder (no SSH connection open); warm: connections left open by an untimed ssh to
   every node. Runs alternate: direct cold, gpufleet cold, direct warm, gpufleet warm.
 - P2 gang stop: train.yml with tests/cluster/scripts/faulty_train.py on every node; once every node trains, the
@@ -266,10 +266,11 @@ def gpufleet(bench: Bench, bench_dir: str, label: str, control_dir: str, profile
     return last_stamp(host_dir, len(bench.nodes)) - done.started, done
 
 
-def p1_launch(bench: Bench, bench_dir: str, runs: int, baseline: str | None = None) -> dict:
-    """Direct, then the baseline's train.yml (with --baseline: the checkout of that commit), then this checkout's,
-    cold and warm, runs times; the medians, the ratios to the direct way and to the baseline."""
-    kinds = ("direct", "baseline", "gpufleet") if baseline else ("direct", "gpufleet")
+def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str] | None = None) -> dict:
+    """Direct, then each baseline's train.yml (--baseline REF[,REF]: the checkout of that commit), then this
+    checkout's, cold and warm, runs times; the medians, the ratios to the direct way and to each baseline."""
+    baselines = baselines or {}
+    kinds = ["direct"] + ["baseline " + ref for ref in baselines] + ["gpufleet"]
     rows: dict[str, list[float]] = {"%s_%s" % (who, kind): [] for kind in ("cold", "warm") for who in kinds}
     costs: list[Measured] = []
     count = len(bench.nodes)
@@ -277,7 +278,7 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baseline: str | None = No
     for run in range(runs):
         for kind in ("cold", "warm"):
             label = "p1-%d-%s-%d" % (count, kind, run)
-            dirs = {who: tempfile.mkdtemp(dir=bench.state, prefix="cp-%s-" % who) for who in kinds}
+            dirs = {who: tempfile.mkdtemp(dir=bench.state, prefix="cp-%d-" % index) for index, who in enumerate(kinds)}
             if kind == "warm":
                 dirs = {who: warm_direct if who == "direct" else bench.warm_dir for who in kinds}
                 for folder in set(dirs.values()):
@@ -285,10 +286,10 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baseline: str | None = No
             took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), dirs["direct"])
             rows["direct_" + kind].append(round(took, 3))
             line = "  N=%-2d run %d %-4s direct %6.2f s" % (count, run + 1, kind, took)
-            if baseline:
-                ready, _done = gpufleet(bench, bench_dir, label + "-b", dirs["baseline"], root=baseline)
-                rows["baseline_" + kind].append(round(ready, 3))
-                line += "  baseline %6.2f s" % ready
+            for index, (ref, root) in enumerate(baselines.items()):
+                ready, _done = gpufleet(bench, bench_dir, "%s-b%d" % (label, index), dirs["baseline " + ref], root=root)
+                rows["baseline %s_%s" % (ref, kind)].append(round(ready, 3))
+                line += "  %s %6.2f s" % (ref, ready)
             ready, done = gpufleet(bench, bench_dir, label + "-g", dirs["gpufleet"])
             rows["gpufleet_" + kind].append(round(ready, 3))
             costs.append(done)
@@ -301,9 +302,9 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baseline: str | None = No
     for kind in ("cold", "warm"):
         result["ratio_" + kind] = result["gpufleet_" + kind]["median_s"] / result["direct_" + kind]["median_s"]
         result["extra_s_" + kind] = result["gpufleet_" + kind]["median_s"] - result["direct_" + kind]["median_s"]
-        if baseline:
-            result["vs_baseline_" + kind] = (result["gpufleet_" + kind]["median_s"]
-                                             / result["baseline_" + kind]["median_s"])
+        for ref in baselines:
+            result["vs %s_%s" % (ref, kind)] = (result["gpufleet_" + kind]["median_s"]
+                                               / result["baseline %s_%s" % (ref, kind)]["median_s"])
     result["controller"] = cost_summary(costs, count)
     return result
 
@@ -383,7 +384,7 @@ def cluster(state: str, count: int, image: str, bench_dir: str) -> Bench:
 
 
 def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
-    baseline = provision_cost.checkout(args.baseline, state) if args.baseline else None
+    baseline = {ref: provision_cost.checkout(ref, state) for ref in args.baseline.split(",")} if args.baseline else {}
     rows = []
     for count in args.sizes:
         bench_dir = tempfile.mkdtemp(dir=state, prefix="bench-%d-" % count)
@@ -449,14 +450,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def baseline_table(rows: list[dict], baseline: str) -> str:
-    lines = ["| nodes | P1 warm: this / baseline %s | ratio | P1 cold: this / baseline | ratio |" % baseline,
-             "| --- | --- | --- | --- | --- |"]
+def baseline_table(rows: list[dict], baselines: list[str]) -> str:
+    lines = ["| nodes | commit | P1 warm | this / it | P1 cold | this / it |", "| --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         p1 = row["p1"]
-        lines.append("| %d | %.2f s / %.2f s | %.3f | %.2f s / %.2f s | %.3f |" % (
-            row["nodes"], p1["gpufleet_warm"]["median_s"], p1["baseline_warm"]["median_s"], p1["vs_baseline_warm"],
-            p1["gpufleet_cold"]["median_s"], p1["baseline_cold"]["median_s"], p1["vs_baseline_cold"]))
+        for ref in baselines:
+            lines.append("| %d | %s | %.2f s | %.3f | %.2f s | %.3f |" % (
+                row["nodes"], ref, p1["baseline %s_warm" % ref]["median_s"], p1["vs %s_warm" % ref],
+                p1["baseline %s_cold" % ref]["median_s"], p1["vs %s_cold" % ref]))
+        lines.append("| %d | this checkout | %.2f s | 1 | %.2f s | 1 |" % (
+            row["nodes"], p1["gpufleet_warm"]["median_s"], p1["gpufleet_cold"]["median_s"]))
     return "\n".join(lines)
 
 
@@ -488,7 +491,7 @@ def main() -> int:
     parser.add_argument("--profile", type=int, default=8, help="profile train.yml's tasks at this node count")
     parser.add_argument("--forks-check", type=int, default=8, help="train.yml with forks=5 at this node count")
     parser.add_argument("--control-path", type=int, default=64, help="nodes of the control-path run (0: none)")
-    parser.add_argument("--baseline", help="a commit whose train.yml P1 also measures, in the same run")
+    parser.add_argument("--baseline", help="commits (REF[,REF]) whose train.yml P1 also measures, in the same run")
     parser.add_argument("--state", default=os.path.join(REPO, ".cache", "bench-scale"))
     parser.add_argument("--json", default=os.path.join(REPO, "logs", "bench", "scale.json"))
     parser.add_argument("--png", default=os.path.join(REPO, "logs", "bench", "scale.png"))
@@ -509,7 +512,7 @@ def main() -> int:
     write_json(args.json, result)
     print("\n" + table(result["rows"]))
     if args.baseline:
-        print("\n" + baseline_table(result["rows"], args.baseline))
+        print("\n" + baseline_table(result["rows"], args.baseline.split(",")))
     plot(result["rows"], args.png)
     print("\nwrote %s and %s" % (args.json, args.png))
     return 0

@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launc
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes, container_images, plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes, container_images, plan, ports
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -94,6 +94,26 @@ def master_probe(master_port: int | None, max_restarts: int, scheduler_name: str
     if schedulers.scheduler_of(scheduler_name).picks_ports_at_start:
         return {"pick_port": False, "extra_ports": 0, "check_port": None}
     return {"pick_port": master_port is None, "extra_ports": max_restarts, "check_port": master_port}
+
+
+def port_check(mode: Any, ttl_s: Any) -> dict:
+    """How the ports are checked before launch (plugin_utils/_control/ports.py): the mode, and how long a pass is
+    trusted."""
+    chosen = "remembered" if mode is None else mode
+    if chosen not in ports.PORT_CHECKS:
+        raise plan.PlanError("port_check: %r is not one of %s" % (chosen, ", ".join(ports.PORT_CHECKS)))
+    ttl = plan.parse_positive_int(3600 if ttl_s is None else ttl_s, "port_check_ttl_s", allow_none=False, minimum=0,
+                                  maximum=7 * 24 * 3600)
+    return {"mode": chosen, "ttl_s": ttl}
+
+
+def ports_plan(args: dict, master_port: int | None, max_restarts: int, scheduler_name: str,
+               port_nodes: list[dict]) -> dict:
+    """What the plan says of the ports: the master's probe, the port check, and the nodes it covers (the gang, then
+    the spares)."""
+    return {"master_probe": master_probe(master_port, max_restarts, scheduler_name),
+            "port_check": port_check(args.get("port_check"), args.get("port_check_ttl_s")),
+            "port_nodes": [[node["host"], node["ip"]] for node in port_nodes]}
 
 
 def hang_timeout(value: Any) -> int | None:
@@ -179,7 +199,7 @@ class ActionModule(ActionBase):
             "master_host": planned[0]["host"],
             "master_addr": planned[0]["ip"],
             "master_port": master_port,
-            "master_probe": master_probe(master_port, max_restarts, chosen_scheduler),
+            **ports_plan(args, master_port, max_restarts, chosen_scheduler, planned + spares["spares"]),
             "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),

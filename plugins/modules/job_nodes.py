@@ -120,8 +120,14 @@ decided:
       type: list
       elements: int
     check_ports:
-      description: Whether the job's ports are checked between the nodes before launch.
+      description:
+        - Whether the job's ports are checked between the nodes before launch; not with O(plan)'s C(port_check)
+          C(remembered) where every node's probe remembers a pass on the port for the same nodes and master within
+          its TTL.
       type: bool
+    port_check_note:
+      description: Why the port check runs or is skipped (empty where it is not for this launch).
+      type: str
     slurm:
       description: What the job asks of Slurm (C(problem), C(slurm_nodes), C(cpus_per_node), C(gpus_per_node)),
         or null when not under Slurm.

@@ -93,6 +93,18 @@ options:
     description: Launches of the whole gang again after a failure (a whole number from 0 to 100).
     type: raw
     default: 0
+  port_check:
+    description:
+      - When the job's ports are checked between the nodes before launch (the master's TCP port, every node's UDP
+        heartbeat port). C(remembered) checks them unless every node remembers a pass on the same port for the same
+        nodes and master, younger than O(port_check_ttl_s) (and then picks that port again where it is free);
+        C(always) checks them at every launch. Any other value is refused.
+    type: str
+    default: remembered
+  port_check_ttl_s:
+    description: How long, in seconds, a pass of the port check is trusted (a whole number from 0, never, to 604800).
+    type: raw
+    default: 3600
   launcher:
     description: What starts the ranks; see M(gpufleet.cluster.launch).
     type: str
@@ -200,6 +212,13 @@ plan:
     max_restarts:
       description: How many times the whole gang may be launched again after a failure.
       type: int
+    port_check:
+      description: C(mode) (C(remembered) or C(always)) and C(ttl_s), as O(port_check) and O(port_check_ttl_s) say.
+      type: dict
+    port_nodes:
+      description: The C([host, ip]) pairs of C(gang_nodes), then of C(spares), that the port check covers.
+      type: list
+      elements: list
     master_probe:
       description:
         - What the master node's probe does about the ports - C(pick_port) (a free master port, when none is

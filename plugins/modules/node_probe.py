@@ -34,6 +34,18 @@ options:
     description: Pick a free TCP port in 29500-29999 and return it as RV(free_port).
     type: bool
     default: false
+  port_nodes:
+    description:
+      - With O(pick_port), every node of the job as C([host, address]) pairs in rank order (the gang, then its
+        spares). A free port that the port check remembers a pass on for these nodes, younger than
+        O(port_check_ttl_s), is picked first (RV(port_memory)).
+    type: list
+    elements: list
+    default: []
+  port_check_ttl_s:
+    description: How old a remembered pass of the port check may be for O(port_nodes) to prefer its port; 0 prefers none.
+    type: float
+    default: 0
   check_port:
     description: Report in RV(port_in_use) whether this TCP port is taken.
     type: int
@@ -122,6 +134,13 @@ jobs_dir:
   returned: always
   type: str
   sample: /home/ml/.gpufleet/jobs
+port_memory:
+  description:
+    - What the port check remembers on this node (C(.port-checks.json) in the jobs folder), by port; each record's
+      C(nodes) ([host, address] in rank order), C(master), C(tcp) (the master's TCP port was tried) and C(age_s) by
+      the node's own clock. C(module_utils/_job/port_memory.py).
+  returned: always
+  type: dict
 free_port:
   description: A free port.
   returned: when O(pick_port=true)
@@ -170,9 +189,24 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, port_memory
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports, gpu_health, runtimes
+
+
+def pick_ports(params: dict, memory: dict) -> dict:
+    """free_port (the master port; one the port check remembers a pass on for port_nodes first) and free_ports (the
+    relaunch ports), as asked."""
+    picked: dict = {}
+    if params["pick_port"]:
+        nodes = [[str(host), str(address)] for host, address in params["port_nodes"]]
+        prefer = port_memory.fresh_ports(memory, nodes, params["port_check_ttl_s"]) \
+            if params["port_check_ttl_s"] > 0 else []
+        picked["free_port"] = free_ports.pick_free_port(prefer=prefer)
+    if params["extra_ports"] > 0:
+        taken = {picked.get("free_port"), params["check_port"]}
+        picked["free_ports"] = free_ports.pick_free_ports(params["extra_ports"], exclude=taken)
+    return picked
 
 
 def main() -> None:
@@ -192,6 +226,8 @@ def main() -> None:
             "gpu_health": {"type": "bool", "default": True},
             "kernel_log": {"type": "path", "default": gpu_health.KMSG},
             "sys_root": {"type": "path", "default": "/sys"},
+            "port_nodes": {"type": "list", "elements": "list", "default": []},
+            "port_check_ttl_s": {"type": "float", "default": 0.0},
         },
         supports_check_mode=True,
     )
@@ -217,17 +253,12 @@ def main() -> None:
     result["container"] = runtime.probe(params["container_engine"], params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
-    if params["pick_port"]:
-        try:
-            result["free_port"] = free_ports.pick_free_port()
-        except RuntimeError as exc:
-            module.fail_json(msg=str(exc), **result)
-    if params["extra_ports"] > 0:
-        taken = {result.get("free_port"), params["check_port"]}
-        try:
-            result["free_ports"] = free_ports.pick_free_ports(params["extra_ports"], exclude=taken)
-        except RuntimeError as exc:
-            module.fail_json(msg=str(exc), **result)
+    # What the port check remembers here (port_memory.py): the controller trusts a pass that every node remembers.
+    result["port_memory"] = port_memory.read(params["jobs_dir"])
+    try:
+        result.update(pick_ports(params, result["port_memory"]))
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc), **result)
     if params["check_port"] is not None:
         result["port_in_use"] = free_ports.port_in_use(params["check_port"])
     module.exit_json(**result)

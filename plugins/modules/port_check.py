@@ -20,7 +20,8 @@ description:
   - O(mode=quit) tells this node's listener to end (a quit file in the node's temporary folder, and a datagram),
     waits until it has, so that the launch finds the port free, and returns its report (O(results_file)).
   - The controller names the node, port and protocol at fault from the reports
-    (C(plugin_utils/_control/ports.py) C(port_problems())). Nothing is changed on the node.
+    (C(plugin_utils/_control/ports.py) C(port_problems())). Nothing is changed on the node but, with O(jobs_dir),
+    the small record of what this node's probe found, which a later launch reads to skip the check.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -69,6 +70,21 @@ options:
     description: With O(mode=probe), how long to wait for every answer.
     type: float
     default: 3
+  nodes:
+    description:
+      - With O(mode=probe) and O(jobs_dir), every node of the job as C([host, address]) pairs in rank order (the
+        gang, then its spares; the first is the master), for the record the probe keeps.
+    type: list
+    elements: list
+    default: []
+  jobs_dir:
+    description:
+      - With O(mode=probe) and O(nodes), where this node keeps what the check found (C(.port-checks.json), the
+        user's jobs folder). A pass is remembered for these nodes, this port and this master when every ping was
+        acknowledged and the master's TCP port accepted, and forgotten otherwise
+        (C(module_utils/_job/port_memory.py)); M(gpufleet.cluster.node_probe) reads it back, and the next launch
+        skips the check where every node remembers a pass (C(port_check=remembered)).
+    type: path
   results_file:
     description:
       - With O(mode=quit), the results file of the listener's async job (its
@@ -133,6 +149,12 @@ listener:
   description: With O(mode=quit) and O(results_file), the listener's report (RV(udp_error), RV(tcp_error), RV(heard)); empty when none was found.
   returned: mode is quit and results_file is given
   type: dict
+remembered:
+  description:
+    - With O(mode=probe), O(jobs_dir) and O(nodes), whether a pass is now remembered on the node (false where
+      something did not get through, and any earlier pass on the port is forgotten).
+  returned: mode is probe and jobs_dir and nodes are given
+  type: bool
 heard:
   description: With O(mode=listen), the peers whose pings arrived.
   returned: mode is listen
@@ -142,7 +164,7 @@ heard:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import port_check
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import port_check, port_memory
 
 
 def main() -> None:
@@ -159,6 +181,8 @@ def main() -> None:
             "master": {"type": "list", "elements": "str"},
             "timeout_s": {"type": "float", "default": 3.0},
             "results_file": {"type": "path"},
+            "nodes": {"type": "list", "elements": "list", "default": []},
+            "jobs_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -170,6 +194,12 @@ def main() -> None:
         peers = [(str(peer[0]), str(peer[1])) for peer in params["peers"]]
         master = (str(params["master"][0]), str(params["master"][1])) if params["master"] else None
         result = port_check.probe(params["host"], peers, params["port"], params["token"], master, params["timeout_s"])
+        if params["jobs_dir"] and params["nodes"] and not module.check_mode:
+            passed = not result["udp_unanswered"] and not result["tcp_error"]
+            nodes = [[str(name), str(address)] for name, address in params["nodes"]]
+            port_memory.remember(params["jobs_dir"], params["host"], params["port"], nodes, nodes[0][0],
+                                 master is not None, passed)
+            result["remembered"] = passed
     else:
         result = port_check.quit_listener(params["host"], params["address"], params["port"], params["token"],
                                           results_file=params["results_file"] or "")

@@ -25,6 +25,10 @@ JOBS_DIR = "/root/.gpufleet/jobs"
 
 @pytest.fixture(autouse=True)
 def _cluster_ready(provisioned):
+    """The cluster, with nothing remembered of earlier port checks: a pass another test's launch left on the port
+    (port_check=remembered) would skip the check that these tests watch."""
+    for node in provisioned.nodes:
+        provisioned.node_exec(node, "rm", "-f", "%s/.port-checks.json" % JOBS_DIR, check=True)
     return provisioned
 
 
@@ -44,15 +48,20 @@ def dropped(node: str, protocol: str, port: int, loopback_too: bool):
         subprocess.run([*iptables, "-D", *rule], check=True)
 
 
-def train_blocked(cluster, monkeypatch, job: str) -> tuple:
+def profiled(cluster, monkeypatch, job: str, *args: str) -> tuple:
+    """train.yml with a per-task profile: the run and its tasks."""
     profile = os.path.join(cluster.state, "%s.profile.json" % job)
     monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", os.path.join(REPO, "bench", "callback_plugins"))
     monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "gpufleet.cluster.interrupt,task_profile")
     monkeypatch.setenv("GPUFLEET_TASK_PROFILE", profile)
-    run = cluster.playbook("train.yml", "-e", "script=%s/examples/train.py" % REPO, "-e", "job=%s" % job,
-                           "-e", "master_port=%d" % PORT)
+    run = cluster.playbook("train.yml", "-e", "job=%s" % job, *args)
     with open(profile) as handle:
-        tasks = json.load(handle)["tasks"]
+        return run, json.load(handle)["tasks"]
+
+
+def train_blocked(cluster, monkeypatch, job: str) -> tuple:
+    run, tasks = profiled(cluster, monkeypatch, job, "-e", "script=%s/examples/train.py" % REPO,
+                          "-e", "master_port=%d" % PORT)
     first = next(i for i, task in enumerate(tasks) if "Listen on the master port" in task["name"])
     last = next(i for i, task in enumerate(tasks) if "Fail before launch naming the node" in task["name"])
     check_s = tasks[last]["start"] + tasks[last]["seconds"] - tasks[first]["start"]
@@ -90,3 +99,33 @@ def test_a_master_dropping_the_rendezvous_tcp_port_is_named_before_launch(cluste
     assert "UDP port" not in failure and "node1:" not in failure, failure  # the master alone, for TCP alone
     report_bound("rendezvous TCP port dropped on the master -> preflight names node0", check_s, 10)
     assert_nothing_launched(cluster, "fw-tcp")
+
+
+def checked_ports(tasks) -> bool:
+    return any("Listen on the master port" in task["name"] for task in tasks)
+
+
+def master_port_of(cluster, job: str) -> int:
+    spec = cluster.node_exec(cluster.nodes[0], "cat", "%s/%s/job.json" % (JOBS_DIR, job), check=True).stdout
+    return int(json.loads(spec)["master_port"])
+
+
+def test_a_launch_on_the_same_nodes_after_a_pass_skips_the_check_and_takes_the_same_port(cluster, monkeypatch):
+    """port_check=remembered (the default): the first launch checks the port and every node remembers the pass; the
+    next launch, without a master_port, picks that port again and skips the check, saying so; port_check=always
+    checks again; a port_check value train.yml does not know is refused, naming it, before anything is launched."""
+    script = ("-e", "script=%s/tests/cluster/scripts/faulty_train.py" % REPO, "-e", "script_args='--steps 2'")
+    first, tasks = profiled(cluster, monkeypatch, "pm-first", *script, "-e", "master_port=%d" % (PORT + 7))
+    assert first.rc == 0 and checked_ports(tasks), first.out[-3000:]
+    again, tasks = profiled(cluster, monkeypatch, "pm-again", *script)
+    assert again.rc == 0, again.out[-3000:]
+    assert not checked_ports(tasks), [task["name"] for task in tasks]
+    assert master_port_of(cluster, "pm-again") == PORT + 7
+    assert ("Port check skipped: every node remembers a pass on port %d for these 3 nodes within "
+            "port_check_ttl_s=3600" % (PORT + 7)) in again.out, again.out[-3000:]
+    always, tasks = profiled(cluster, monkeypatch, "pm-always", *script, "-e", "port_check=always")
+    assert always.rc == 0 and checked_ports(tasks), always.out[-3000:]
+    refused = cluster.playbook("train.yml", "-e", "job=pm-refused", *script, "-e", "port_check=sometimes")
+    assert refused.rc != 0
+    assert "port_check: 'sometimes' is not one of remembered, always" in refused.out, refused.out[-3000:]
+    assert_nothing_launched(cluster, "pm-refused")

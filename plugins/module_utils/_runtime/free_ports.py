@@ -33,15 +33,19 @@ def pick_free_port(
     candidates: Iterable[int] | None = None,
     in_use: Callable[[int], bool] = port_in_use,
     rng: random.Random | None = None,
+    prefer: Iterable[int] = (),
 ) -> int:
-    """A port of the torchrun range that nothing listens on, tried in random order.
+    """A port of the torchrun range (or of candidates) that nothing listens on, tried in random order; the free
+    ones of prefer first (the ports the port check remembers a pass on: port_memory.py), also in random order.
 
     Random order keeps two jobs launched at the same moment from picking the
     same port before either has bound it.
     """
     ports = list(candidates if candidates is not None else range(PORT_RANGE[0], PORT_RANGE[1] + 1))
+    first = [port for port in prefer if port in ports]
     (rng or random.Random()).shuffle(ports)
-    for port in ports:
+    (rng or random.Random()).shuffle(first)
+    for port in first + ports:
         if not in_use(port):
             return port
     raise RuntimeError("no free TCP port in %d-%d" % (min(ports), max(ports)) if ports else "no candidate ports")

@@ -63,9 +63,31 @@ class NodeDecisions:
     # The spares that stand by ([host, ip], in order; the same list on every node) and why the others do not.
     spares: list[list[str]] = field(default_factory=list)
     spare_problems: dict[str, str] = field(default_factory=dict)
+    # Why the port check runs or is skipped (port_check_decision), for the log; '' where it is not for this launch.
+    port_check_note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def port_check_decision(plan: Mapping[str, Any], probes: Mapping[str, Any], nodes: list[list[str]], master_port: int,
+                        wanted: bool) -> tuple[bool, str]:
+    """(whether the port check runs, why): the ports are checked between the nodes where wanted (a new launch of two
+    nodes or more, on ports the controller chose, not the scheduler at start), unless port_check=remembered and
+    every node remembers a pass on master_port for exactly these nodes (gang, then spares) within the TTL
+    (ports.remembered_pass)."""
+    if not wanted:
+        return False, ""
+    check = plan.get("port_check") or {"mode": "always"}
+    if check["mode"] != "remembered":
+        return True, "port_check=%s" % check["mode"]
+    why = ports.remembered_pass({host: (probe or {}).get("port_memory") or {} for host, probe in probes.items()},
+                                nodes, plan["master_host"], master_port, float(check["ttl_s"]),
+                                tcp=plan.get("launcher") != "none")
+    if why:
+        return True, why
+    return False, ("every node remembers a pass on port %d for these %d nodes within port_check_ttl_s=%s"
+                   % (master_port, len(nodes), check["ttl_s"]))
 
 
 def _probe_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str, Any],
@@ -240,11 +262,12 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
     if scheduler.allocates_nodes and not refusal and not problems:
         # What Slurm cannot run as asked is refused job-wide too, after a job still running.
         refusal = allocation["problem"] if allocation else "scheduler=slurm: Slurm's node table was not read"
+    check_ports, port_note = port_check_decision(
+        plan, probes, [[node["host"], node["ip"]] for node in plan["nodes"]] + spares, master_port,
+        not at_start and int(plan.get("nnodes") or 0) > 1 and not running)
     return NodeDecisions(
         problems=problems, running_hosts=running, refusal=refusal, nproc=nproc, slots=slots, world_size=sum(slots),
-        master_port=master_port, restart_ports=restart_ports,
-        # The ports are checked between the nodes where the controller chose them, before a new launch.
-        check_ports=not at_start and int(plan.get("nnodes") or 0) > 1 and not running,
+        master_port=master_port, restart_ports=restart_ports, check_ports=check_ports, port_check_note=port_note,
         slurm=allocation, gpu_warnings=health.warnings, no_gpu=health.no_gpu, spares=spares,
         spare_problems=spare_problems,
         slurm_drain=slurm_batch.drain_orders(slurm_answer, plan["nodes"], health.faults)

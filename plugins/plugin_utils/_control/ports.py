@@ -60,3 +60,27 @@ def port_problems(listeners: Mapping[str, Any], probes: Mapping[str, Any], maste
                                  % (master_host, port, ", ".join("%s (%s)" % item for item in refused.items()),
                                     _firewall_hint(port, "tcp")))
     return problems
+
+
+PORT_CHECKS = ("remembered", "always")
+
+
+def remembered_pass(memories: Mapping[str, Any], nodes: list[list[str]], master_host: str, port: int,
+                    ttl_s: float, tcp: bool = True) -> str:
+    """'' where the port check may be skipped: every node of the job (nodes: [host, address] of the gang and its
+    spares) remembers a pass on port for exactly these nodes and this master, younger than ttl_s, the TCP
+    connection to the master included where the launch needs it (tcp: not launcher=none)
+    (module_utils/_job/port_memory.py); else why it runs, for the log. A pass remembered for other nodes (one
+    added, removed, moved or readdressed), another port, another master, or older than ttl_s is never trusted."""
+    wanted = [list(node) for node in nodes]
+    for host, _address in wanted:
+        record = (memories.get(host) or {}).get("%s:%d" % (host, port))  # port_memory.key
+        if not record:
+            return "%s remembers no pass on port %d" % (host, port)
+        if record.get("nodes") != wanted or record.get("master") != master_host:
+            return "%s remembers a pass on port %d for other nodes" % (host, port)
+        if not 0 <= float(record.get("age_s", -1)) <= ttl_s:
+            return "%s's pass on port %d is %s s old (port_check_ttl_s=%g)" % (host, port, record.get("age_s"), ttl_s)
+        if tcp and host != master_host and not record.get("tcp"):
+            return "%s's pass on port %d did not try the master's TCP port" % (host, port)
+    return ""

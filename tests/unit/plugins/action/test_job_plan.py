@@ -2,7 +2,8 @@
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.action.job_plan import INLINE_SCRIPT_MAX_BYTES, master_probe, script_layout
+from ansible_collections.gpufleet.cluster.plugins.action.job_plan import (INLINE_SCRIPT_MAX_BYTES, master_probe, port_check,
+                                                                  script_layout)
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 
@@ -66,3 +67,21 @@ def test_bad_script_inputs(script, script_dir, on_nodes, needle):
 ])
 def test_what_the_masters_probe_does_about_the_ports(master_port, max_restarts, scheduler, expected):
     assert master_probe(master_port, max_restarts, scheduler) == expected
+
+
+def test_port_check_modes_and_ttl():
+    assert port_check(None, None) == {"mode": "remembered", "ttl_s": 3600}
+    assert port_check("always", "0") == {"mode": "always", "ttl_s": 0}
+
+
+@pytest.mark.parametrize("mode, ttl, needle", [
+    ("sometimes", 3600, "port_check: 'sometimes' is not one of remembered, always"),
+    ("", 3600, "port_check: '' is not one of remembered, always"),
+    ("remembered", "an hour", "port_check_ttl_s: must be a whole number, got 'an hour'"),
+    ("remembered", -1, "port_check_ttl_s"),
+    ("remembered", 10 ** 7, "port_check_ttl_s"),
+])
+def test_a_port_check_value_it_does_not_know_is_refused_naming_it(mode, ttl, needle):
+    with pytest.raises(PlanError) as raised:
+        port_check(mode, ttl)
+    assert needle in str(raised.value)

@@ -28,6 +28,14 @@ def test_free_port_is_random_among_free_ones():
     assert len(picks) > 5 and all(29500 <= p < 29600 for p in picks)
 
 
+def test_a_free_preferred_port_comes_first_and_a_taken_or_foreign_one_is_passed_over():
+    """The ports the port check remembers a pass on (port_memory.fresh_ports) are tried first, in random order."""
+    assert free_ports.pick_free_port(prefer=[29517], in_use=lambda p: False) == 29517
+    assert free_ports.pick_free_port(prefer=[29517, 29518], in_use=lambda p: p == 29517) == 29518
+    picked = free_ports.pick_free_port(prefer=[29517, 80], in_use=lambda p: p == 29517, rng=random.Random(2))
+    assert picked not in (29517, 80) and 29500 <= picked <= 29999
+
+
 def test_no_free_port_is_an_error():
     with pytest.raises(RuntimeError, match="no free TCP port in 29500-29501"):
         free_ports.pick_free_port([29500, 29501], in_use=lambda p: True)

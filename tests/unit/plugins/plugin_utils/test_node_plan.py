@@ -217,9 +217,39 @@ def test_under_slurm_nothing_is_asked_of_slurm_while_a_node_has_a_problem():
 
 def test_the_decisions_are_plain_data_for_the_role():
     decided = node_plan.decide(plan(hosts=("node9",)), {"node9": master_probe()}, SETTINGS, False).as_dict()
-    assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "problems", "refusal",
-                               "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain", "spare_problems",
-                               "spares", "world_size"]
+    assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "port_check_note",
+                               "problems", "refusal", "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain",
+                               "spare_problems", "spares", "world_size"]
+
+
+def remembered(host, port=41000, age=60.0):
+    nodes = [["node9", "10.213.77.19"], ["node8", "10.213.77.18"], ["node7", "10.213.77.17"]]
+    return {"%s:%d" % (host, port): {"host": host, "port": port, "nodes": nodes, "master": "node9", "tcp": True,
+                                     "age_s": age}}
+
+
+def test_the_port_check_is_skipped_where_every_node_remembers_a_pass_on_the_chosen_port():
+    probes = {"node9": master_probe(port_memory=remembered("node9")), "node8": probe(port_memory=remembered("node8")),
+              "node7": probe(port_memory=remembered("node7"))}
+    decided = node_plan.decide(plan(port_check={"mode": "remembered", "ttl_s": 3600}), probes, SETTINGS, False)
+    assert decided.check_ports is False
+    assert decided.port_check_note == ("every node remembers a pass on port 41000 for these 3 nodes within "
+                                       "port_check_ttl_s=3600")
+    # port_check=always, a pass too old, one node that remembers none: the check runs, saying why.
+    always = node_plan.decide(plan(port_check={"mode": "always", "ttl_s": 3600}), probes, SETTINGS, False)
+    assert (always.check_ports, always.port_check_note) == (True, "port_check=always")
+    probes["node7"] = probe(port_memory=remembered("node7", age=4000.0))
+    old = node_plan.decide(plan(port_check={"mode": "remembered", "ttl_s": 3600}), probes, SETTINGS, False)
+    assert (old.check_ports, old.port_check_note) == (True, "node7's pass on port 41000 is 4000.0 s old "
+                                                            "(port_check_ttl_s=3600)")
+    probes["node7"] = probe()
+    assert node_plan.decide(plan(port_check={"mode": "remembered", "ttl_s": 3600}), probes, SETTINGS,
+                            False).check_ports is True
+    # The master picked another port than the one remembered: checked.
+    probes = {host: probe(port_memory=remembered(host, port=41005)) for host in ("node8", "node7")}
+    probes["node9"] = master_probe(port_memory=remembered("node9", port=41005))
+    assert node_plan.decide(plan(port_check={"mode": "remembered", "ttl_s": 3600}), probes, SETTINGS,
+                            False).check_ports is True
 
 
 def test_spares_stand_by_unless_read_as_a_node_they_have_a_problem():

@@ -2,6 +2,8 @@
 
 from unittest import mock
 
+import pytest
+
 from ansible.playbook.task import Task
 
 from ansible_collections.gpufleet.cluster.plugins.action.job_nodes import ActionModule
@@ -108,3 +110,46 @@ def test_both_protocols_blocked_name_both_nodes_once_each():
 def test_reports_of_skipped_or_missing_hosts_are_read_as_empty():
     assert port_problems({"node0": {"skipped": True}}, {"node0": {"skipped": True}}, "node0", 29500) == {}
     assert port_problems(None, None, "node0", 29500) == {}
+
+
+# --- a remembered pass (port_check=remembered) ----------------------------------------------------------------------
+
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.ports import remembered_pass  # noqa: E402
+
+NODES = [["node0", "192.0.2.10"], ["node1", "192.0.2.11"], ["node2", "192.0.2.12"]]
+
+
+def memories(nodes=None, port=29517, master="node0", age=60.0, tcp=True, hosts=("node0", "node1", "node2")):
+    return {host: {"%s:%d" % (host, port): {"host": host, "port": port, "nodes": nodes or NODES, "master": master,
+                                            "tcp": tcp, "age_s": age}} for host in hosts}
+
+
+def test_a_pass_every_node_remembers_for_these_nodes_port_and_master_is_trusted():
+    assert remembered_pass(memories(), NODES, "node0", 29517, 3600) == ""
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"hosts": ("node0", "node1")}, "node2 remembers no pass on port 29517"),
+    ({"port": 29600}, "node0 remembers no pass on port 29517"),
+    ({"nodes": NODES[:2]}, "node0 remembers a pass on port 29517 for other nodes"),  # a node added since
+    ({"nodes": NODES + [["node3", "192.0.2.13"]]}, "for other nodes"),  # a node removed since
+    ({"nodes": [NODES[1], NODES[0], NODES[2]]}, "for other nodes"),  # another rank order
+    ({"nodes": [NODES[0], ["node1", "192.0.2.99"], NODES[2]]}, "for other nodes"),  # readdressed
+    ({"master": "node1"}, "for other nodes"),
+    ({"age": 3601.0}, "node0's pass on port 29517 is 3601.0 s old (port_check_ttl_s=3600)"),
+    ({"age": -5.0}, "s old"),
+    ({"tcp": False}, "node1's pass on port 29517 did not try the master's TCP port"),
+])
+def test_a_pass_for_other_nodes_another_port_or_past_the_ttl_is_never_trusted(changes, needle):
+    assert needle in remembered_pass(memories(**changes), NODES, "node0", 29517, 3600)
+
+
+def test_a_record_of_another_host_on_the_same_machine_does_not_answer_for_this_one():
+    shared = memories()
+    shared["node2"] = dict(shared["node1"])  # node2's probe removed its record; node1's is in the same file
+    assert "node2 remembers no pass on port 29517" in remembered_pass(shared, NODES, "node0", 29517, 3600)
+
+
+def test_a_pass_without_the_tcp_check_serves_a_launch_without_a_rendezvous():
+    assert remembered_pass(memories(tcp=False), NODES, "node0", 29517, 3600, tcp=False) == ""
+    assert remembered_pass(memories(), NODES, "node0", 29517, 0) != ""  # a TTL of 0 trusts nothing
