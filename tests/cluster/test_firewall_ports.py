@@ -24,11 +24,11 @@ JOBS_DIR = "/root/.gpufleet/jobs"
 
 
 @pytest.fixture(autouse=True)
-def _cluster_ready(provisioned):
-    """The cluster, with nothing remembered of earlier port checks: a pass another test's launch left on the port
-    (port_check=remembered) would skip the check that these tests watch."""
-    for node in provisioned.nodes:
-        provisioned.node_exec(node, "rm", "-f", "%s/.port-checks.json" % JOBS_DIR, check=True)
+def _cluster_ready(provisioned, cluster):
+    """The provisioned cluster, with nothing remembered of earlier port checks: a pass another test's launch left
+    on the port (port_check=remembered) would skip the check that these tests watch."""
+    for node in cluster.nodes:
+        cluster.node_exec(node, "rm", "-f", "%s/.port-checks.json" % JOBS_DIR, check=True)
     return provisioned
 
 
@@ -121,8 +121,9 @@ def test_a_launch_on_the_same_nodes_after_a_pass_skips_the_check_and_takes_the_s
     assert again.rc == 0, again.out[-3000:]
     assert not checked_ports(tasks), [task["name"] for task in tasks]
     assert master_port_of(cluster, "pm-again") == PORT + 7
+    said = " ".join(again.out.split())  # the callback folds a long message over lines
     assert ("Port check skipped: every node remembers a pass on port %d for these 3 nodes within "
-            "port_check_ttl_s=3600" % (PORT + 7)) in again.out, again.out[-3000:]
+            "port_check_ttl_s=3600" % (PORT + 7)) in said, again.out[-3000:]
     always, tasks = profiled(cluster, monkeypatch, "pm-always", *script, "-e", "port_check=always")
     assert always.rc == 0 and checked_ports(tasks), always.out[-3000:]
     refused = cluster.playbook("train.yml", "-e", "job=pm-refused", *script, "-e", "port_check=sometimes")
