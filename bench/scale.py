@@ -397,9 +397,9 @@ def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
         row["p2"] = p2_gang_stop(bench, args.runs)
         if count == args.profile:
             profile = os.path.join(state, "profile-%d.json" % count)
-            gpufleet(bench, bench_dir, "profile-%d" % count, bench.warm_dir, profile=profile)
+            ready, _done = gpufleet(bench, bench_dir, "profile-%d" % count, bench.warm_dir, profile=profile)
             with open(profile) as handle:
-                row["profile"] = json.load(handle)
+                row["profile"] = dict(json.load(handle), ready_s=round(ready, 2))
         if count == args.forks_check:
             forks = Bench(bench.state, bench.info, forks=5)
             ready, done = gpufleet(forks, bench_dir, "forks5-%d" % count, forks.warm_dir)
@@ -447,6 +447,22 @@ def table(rows: list[dict]) -> str:
                          p1["ratio_warm"], p1["extra_s_warm"], p1["gpufleet_cold"]["median_s"],
                          p1["direct_cold"]["median_s"], p1["ratio_cold"], p2["median_s"], p3["seconds"],
                          p3["changed"], p3["cpu_s_per_node"], p3["tasks_per_node"], p1["controller"]["cpu_s_per_node"], p1["controller"]["peak_rss_mb"]))
+    return "\n".join(lines)
+
+
+def profile_table(profile: dict, nodes: int, min_s: float = 0.1) -> str:
+    """train.yml's tasks at one node count as the per-task profile recorded them (bench/callback_plugins/
+    task_profile.py): each task of min_s or more on its own line, from the playbook's start, the rest summed."""
+    lines = ["| train.yml at %d nodes: task | from | took |" % nodes, "| --- | --- | --- |"]
+    small = [task for task in profile["tasks"] if task["seconds"] < min_s]
+    for task in profile["tasks"]:
+        if task["seconds"] >= min_s:
+            lines.append("| %s | %.2f s | %.2f s |" % (task["name"].replace("|", "/")[:110], task["start"],
+                                                     task["seconds"]))
+    lines.append("| %d shorter tasks, together | | %.2f s |" % (len(small), sum(task["seconds"] for task in small)))
+    if "ready_s" in profile:
+        lines.append("| every rank past init_process_group | | %.2f s |" % profile["ready_s"])
+    lines.append("| the whole playbook | | %.2f s |" % profile["total_s"])
     return "\n".join(lines)
 
 
@@ -513,6 +529,9 @@ def main() -> int:
     print("\n" + table(result["rows"]))
     if args.baseline:
         print("\n" + baseline_table(result["rows"], args.baseline.split(",")))
+    for row in result["rows"]:
+        if row.get("profile"):
+            print("\n" + profile_table(row["profile"], row["nodes"]))
     plot(result["rows"], args.png)
     print("\nwrote %s and %s" % (args.json, args.png))
     return 0

@@ -155,6 +155,10 @@ remembered:
       something did not get through, and any earlier pass on the port is forgotten).
   returned: mode is probe and jobs_dir and nodes are given
   type: bool
+memory_error:
+  description: Why the record could not be written (the jobs folder not writable); the check itself is not failed.
+  returned: when the record could not be written
+  type: str
 heard:
   description: With O(mode=listen), the peers whose pings arrived.
   returned: mode is listen
@@ -197,9 +201,12 @@ def main() -> None:
         if params["jobs_dir"] and params["nodes"] and not module.check_mode:
             passed = not result["udp_unanswered"] and not result["tcp_error"]
             nodes = [[str(name), str(address)] for name, address in params["nodes"]]
-            port_memory.remember(params["jobs_dir"], params["host"], params["port"], nodes, nodes[0][0],
-                                 master is not None, passed)
-            result["remembered"] = passed
+            try:
+                port_memory.remember(params["jobs_dir"], params["host"], params["port"], nodes, nodes[0][0],
+                                     master is not None, passed)
+                result["remembered"] = passed
+            except OSError as exc:  # the record only saves a later check: its failure fails nothing
+                result.update(remembered=False, memory_error=str(exc))
     else:
         result = port_check.quit_listener(params["host"], params["address"], params["port"], params["token"],
                                           results_file=params["results_file"] or "")

@@ -40,14 +40,21 @@ def _load(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _age(record: Any, now: float) -> float:
+    """How old a record is; -1 (not kept) where it has no time of the shape written."""
+    try:
+        return now - float(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return -1.0
+
+
 def key(host: str, port: int) -> str:
     return "%s:%d" % (host, port)
 
 
 def read(jobs_dir: str, now: Callable[[], float] = time.time) -> dict[str, dict[str, Any]]:
     """The records by key (host:port), each {host, port, nodes, master, tcp (the master's TCP port was tried),
-    age_s}; a record from the future (a clock set back)
-    or not in the shape written is left out."""
+    age_s}; a record from the future (a clock set back) or not in the shape written is left out."""
     found = {}
     for name, record in _load(memory_path(jobs_dir)).items():
         try:
@@ -67,8 +74,7 @@ def remember(jobs_dir: str, host: str, port: int, nodes: Sequence[Sequence[str]]
     """Keep (passed) or forget host's record for port; records past KEEP_S are dropped. Written whole to a
     temporary file and renamed, so a reader never sees half of it."""
     path = memory_path(jobs_dir)
-    records = {name: record for name, record in _load(path).items()
-               if isinstance(record, dict) and 0 <= now() - float(record.get("at") or 0) <= KEEP_S}
+    records = {name: record for name, record in _load(path).items() if 0 <= _age(record, now()) <= KEEP_S}
     records.pop(key(host, port), None)
     if passed:
         records[key(host, port)] = {"host": host, "port": port, "nodes": [list(node) for node in nodes],

@@ -67,3 +67,9 @@ def test_the_master_prefers_fresh_ports_it_remembers_for_the_same_nodes():
                "node0:29900": record(29900, master="node1")}
     assert port_memory.fresh_ports(records, NODES, 3600) == [29517]
     assert port_memory.fresh_ports(records, NODES, 0) == []
+
+
+def test_a_record_whose_time_is_not_a_number_is_dropped_at_the_next_write(tmp_path):
+    (tmp_path / ".port-checks.json").write_text(json.dumps({"node1:29517": {"at": "yesterday"}, "x": [1]}))
+    port_memory.remember(str(tmp_path), "node1", 29600, NODES, "node0", True, True, now=Clock())
+    assert sorted(json.loads((tmp_path / ".port-checks.json").read_text())) == ["node1:29600"]
