@@ -39,7 +39,8 @@ test:
 test-cluster: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python tests/cluster/testbed.py prepare --wait-background
 	rm -rf $(KEPT_CLUSTER)
-	PATH=$(CURDIR)/$(BIN):$$PATH GPUFLEET_TESTBED_KEEP=$(KEPT_CLUSTER) $(BIN)/python -m pytest $(PYTEST_ARGS) tests/cluster \
+	@# --durations: the slowest tests and fixtures, so that the stage's time (it is most of make test's) can be read.
+	PATH=$(CURDIR)/$(BIN):$$PATH GPUFLEET_TESTBED_KEEP=$(KEPT_CLUSTER) $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) tests/cluster \
 	  || { $(BIN)/python tests/cluster/testbed.py down --state $(KEPT_CLUSTER); exit 1; }
 
 test-molecule: venv system-packages

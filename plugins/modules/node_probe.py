@@ -136,9 +136,9 @@ jobs_dir:
   sample: /home/ml/.gpufleet/jobs
 port_memory:
   description:
-    - What the port check remembers on this node (C(.port-checks.json) in the jobs folder), by port; each record's
-      C(nodes) ([host, address] in rank order), C(master), C(tcp) (the master's TCP port was tried) and C(age_s) by
-      the node's own clock. C(module_utils/_job/port_memory.py).
+    - What the port check remembers on this node (C(.port-checks.json) in the jobs folder), by C(host:port); each
+      record's C(host), C(port), C(nodes) ([host, address] in rank order), C(master), C(tcp) (the master's TCP port
+      was tried) and C(age_s) by the node's own clock. C(module_utils/_job/port_memory.py).
   returned: always
   type: dict
 free_port:

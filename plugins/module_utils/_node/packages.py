@@ -5,7 +5,8 @@
 """The one reader of a node's packages: what dpkg or rpm says is installed, in which version, and what holds it
 (apt-mark hold, dnf versionlock). node_state's read (a role's packages against what it wants), nvidia_facts and
 stack_facts (a driver's, NCCL's or Fabric Manager's version) and the roles' filters (the versionlock list's entries:
-plugin_utils/_provision/nvidia_packaging.py) all read through it; package_drift says how they differ from what a role wants. Changes nothing."""
+plugin_utils/_provision/nvidia_packaging.py) all read through it; package_drift says how they differ from what a
+role wants. Changes nothing."""
 
 from __future__ import annotations
 
