@@ -145,6 +145,9 @@ def main() -> None:
     peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
     health = nvidia_node.gpu_health_with_pci(module.params["kernel_log"], sys_root)
     gpus = nvidia_node.gpu_summary(health)  # the same nvidia-smi read, not a second one
+    versions = nvidia_node.package_versions({  # one package query for the three
+        "nccl": ("libnccl2", "libnccl"), "driver_package": tuple(module.params["driver_packages"]),
+        "fabricmanager": tuple(module.params["fabricmanager_packages"])})
     module.exit_json(
         changed=False,
         gpu_health=health,
@@ -152,11 +155,10 @@ def main() -> None:
         gpu_models=gpus["models"],
         driver=gpus["driver"],
         cuda=nvidia_node.cuda_version(module.params["cuda_home"]),
-        nccl=nvidia_node.package_version(("libnccl2", "libnccl")),
+        nccl=versions["nccl"],
         torch=node.python_info(module.params["python"]).get("torch_version"),
-        driver_package=nvidia_node.package_version(tuple(module.params["driver_packages"]))
-        if module.params["driver_packages"] else None,
-        fabricmanager=nvidia_node.package_version(tuple(module.params["fabricmanager_packages"])),
+        driver_package=versions["driver_package"],
+        fabricmanager=versions["fabricmanager"],
         fabricmanager_state=nvidia_node.service_state("nvidia-fabricmanager"),
         fabricmanager_needed=health["fabric_switches"] > 0,
         persistence_mode=nvidia_node.persistence_mode(),

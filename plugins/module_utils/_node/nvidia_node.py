@@ -235,10 +235,19 @@ def cuda_version(cuda_home: str = "/usr/local/cuda",
     return None
 
 
+def package_versions(wanted: dict[str, tuple[str, ...]], run: node_state.Run = node_state.run_argv
+                     ) -> dict[str, str | None]:
+    """For each label, the installed version of the first of its names that is installed: every name read in one
+    query (packages.query_packages)."""
+    names = sorted({name for group in wanted.values() for name in group})
+    found = packages.query_packages(names, run) or {}
+    return {label: next((found[name]["version"] for name in group if name in found), None)
+            for label, group in wanted.items()}
+
+
 def package_version(names: tuple[str, ...], run: node_state.Run = node_state.run_argv) -> str | None:
-    """The installed version of the first of names that is installed (packages.query_packages: one query)."""
-    found = packages.query_packages(list(names), run) or {}
-    return next((found[name]["version"] for name in names if name in found), None)
+    """The installed version of the first of names that is installed."""
+    return package_versions({"": names}, run)[""]
 
 
 def persistence_mode(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:

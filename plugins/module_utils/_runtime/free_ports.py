@@ -43,8 +43,9 @@ def pick_free_port(
     """
     ports = list(candidates if candidates is not None else range(PORT_RANGE[0], PORT_RANGE[1] + 1))
     first = [port for port in prefer if port in ports]
-    (rng or random.Random()).shuffle(ports)
-    (rng or random.Random()).shuffle(first)
+    rng = rng or random.Random()
+    rng.shuffle(ports)
+    rng.shuffle(first)
     for port in first + ports:
         if not in_use(port):
             return port

@@ -104,6 +104,19 @@ def test_package_versions():
     assert nvidia_node.package_version(("libnccl2",), dpkg("", rc=1)) is None
 
 
+def test_several_packages_versions_are_read_in_one_query():
+    """stack_facts' three versions (NCCL, the driver, Fabric Manager) from one dpkg-query, as Debian 12 prints it."""
+    asked = []
+
+    def dpkg(argv):
+        asked.append(argv)
+        return 1, "libnccl2\tii \t2.26.2-1+cuda12.8\nnvidia-open-580\tii \t580.95.05-1\n", "no packages found"
+    versions = nvidia_node.package_versions({"nccl": ("libnccl2", "libnccl"), "driver": ("nvidia-open-580",),
+                                             "fm": ("nvidia-fabricmanager",), "none": ()}, dpkg)
+    assert versions == {"nccl": "2.26.2-1+cuda12.8", "driver": "580.95.05-1", "fm": None, "none": None}
+    assert len(asked) == 1
+
+
 def test_package_versions_from_this_machines_own_package_manager():
     """Ground truth: the reader against the real dpkg-query (or rpm) of the machine the tests run on."""
     assert shutil.which("dpkg-query") or shutil.which("rpm"), "the tests run on a machine with dpkg or rpm"
