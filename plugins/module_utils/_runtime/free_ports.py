@@ -17,15 +17,20 @@ PORT_RANGE = (29500, 29999)
 
 
 def port_in_use(port: int, host: str = "") -> bool:
-    """True when a TCP listener could not bind port on host (all addresses by default)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                return True
-            raise
+    """True when port cannot be had on host (all addresses by default): a TCP listener could not bind it (torchrun's
+    rendezvous store), or a UDP socket could not (the gang's heartbeats use the same number: gang.py). A job of this
+    node that has started holds its master port over UDP before its TCP store is up, so the UDP test is what keeps a
+    second job launched meanwhile off that port."""
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as sock:
+            if kind == socket.SOCK_STREAM:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                    return True
+                raise
     return False
 
 

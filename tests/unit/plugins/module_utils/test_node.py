@@ -50,6 +50,18 @@ def test_port_in_use_sees_a_real_listener():
     assert free_ports.port_in_use(port) is False
 
 
+def test_port_in_use_sees_a_gangs_udp_socket_on_the_port():
+    """A started job's supervisor holds its master port over UDP (the gang) before torchrun's TCP store listens: the
+    port is taken for the next job's pick (CI once saw a second job pick the first's port and fail to join its gang)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gang:
+        gang.bind(("127.0.0.1", 0))
+        port = gang.getsockname()[1]
+        assert free_ports.port_in_use(port) is True
+        with pytest.raises(RuntimeError, match="no free TCP port"):
+            free_ports.pick_free_port(candidates=[port], prefer=[port])
+    assert free_ports.port_in_use(port) is False
+
+
 def test_python_info_of_this_interpreter():
     info = node.python_info(sys.executable)
     assert info["found"] is True and info["version"].startswith("%d.%d" % sys.version_info[:2])
