@@ -206,6 +206,14 @@ class Gang:
         heard = self.heard.get(rank, self.started)
         return time.time() - (self.clock() - heard)
 
+    def as_heard(self) -> dict[str, dict[str, float]]:
+        """For the final state.json: how far each peer's clock is behind this node's (plus the shortest trip), from
+        the heartbeats; and when each peer was last heard (wall clock): a peer whose supervisor vanished failed
+        about then, and the report orders it by this even when this node ended before counting it lost."""
+        return {"clock_offsets": {self.host(rank): round(offset, 4) for rank, offset in self.offsets.items()},
+                "peers_last_heard": {self.host(rank): round(self.last_heard_wall(rank), 3)
+                                     for rank in self.peers() if rank in self.heard}}
+
     def silence_s(self, rank: int, attempt: int) -> float | None:
         """How long peer rank's log has been silent in this attempt, as of now, from its last heartbeat; None if
         unknown (or its news is of another attempt)."""
@@ -254,6 +262,9 @@ class LoneNode:
 
     def last_heard_wall(self, rank: int) -> float:
         raise KeyError("a lone node has no peer %d" % rank)
+
+    def as_heard(self) -> dict[str, dict[str, float]]:
+        return {"clock_offsets": {}, "peers_last_heard": {}}
 
     def silence_s(self, rank: int, attempt: int) -> float | None:
         return None

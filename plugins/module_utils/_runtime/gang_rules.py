@@ -18,6 +18,7 @@ from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import wait_status_said
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     GANG_FAILURE_STATES,
     HeartbeatPhase,
@@ -37,6 +38,17 @@ def gang_failure(gang: Gang, attempt: int) -> tuple[int, Heartbeat] | None:
             return rank, dataclasses.replace(news, outcome=HeartbeatPhase.ENDED,
                                              reason="it has ended and will not take part in attempt %d" % attempt)
     return None
+
+
+def rank_failure_news(rank: int | None, pid: int, status: int | None, stopping: bool) -> Heartbeat | None:
+    """What this node tells the others the moment one of its ranks ends, before its launcher has ended the node's
+    part: a failure (a non-zero exit, a signal) of the rank's own, with how it ended. Not a rank that ended well, nor
+    one whose end is this node's stop's doing (stopping), nor one whose end its supervisor could not read (status
+    None: its launcher reaped it first, and the part's outcome tells)."""
+    if not status or stopping:
+        return None
+    return Heartbeat(outcome=JobState.FAILED, reason="rank %s (pid %d) ended with %s"
+                     % ("?" if rank is None else rank, pid, wait_status_said(status)))
 
 
 def describe(host: str, rank: int, news: Heartbeat) -> str:

@@ -29,9 +29,12 @@ class Events:
         self.items.append([round(time.time() if at is None else at, 3), what])
         del self.items[:-EVENTS_KEPT]
 
-    def rank_ended(self, pid: int, rank: int | None, local_rank: int | None) -> None:
-        """A rank process of this node has ended (its exit code is its launcher's to report)."""
+    def rank_ended(self, pid: int, rank: int | None, local_rank: int | None, how: str = "") -> None:
+        """A rank process of this node has ended; how ('exit code 1', 'SIGKILL') where the supervisor could read it
+        (the exit code of the node's part is its launcher's to report)."""
+        with_how = " with %s" % how if how else ""
         if rank is None:
-            self.add("a rank (pid %d) ended" % pid)
+            self.add("a rank (pid %d) ended%s" % (pid, with_how))
         else:
-            self.add("rank %d (local rank %s, pid %d) ended" % (rank, "?" if local_rank is None else local_rank, pid))
+            self.add("rank %d (local rank %s, pid %d) ended%s"
+                     % (rank, "?" if local_rank is None else local_rank, pid, with_how))

@@ -71,6 +71,24 @@ def start_ticks_of(raw: bytes) -> int | None:
     return int(fields[19])
 
 
+def zombie_wait_status(pid: int) -> int | None:
+    """The wait status (as waitpid(2) gives it) of process pid, which has exited but which its parent has not reaped
+    yet (field 52 of /proc/PID/stat, Linux 3.5+: a pidfd is readable from that moment); None while it runs, once it
+    is reaped, or unreadable. It lets the supervisor read how a rank ended though the rank is the launcher's child."""
+    raw = _proc_stat(pid)
+    fields = raw[raw.rfind(b")") + 2:].split() if raw else []
+    if len(fields) < 50 or fields[0] != b"Z":
+        return None
+    return int(fields[49])
+
+
+def wait_status_said(status: int) -> str:
+    """'exit code 1' or 'SIGKILL', of a wait status."""
+    if os.WIFSIGNALED(status):
+        return signal_name(os.WTERMSIG(status))
+    return "exit code %d" % os.WEXITSTATUS(status)
+
+
 def new_run_id() -> str:
     """A token unique to one launch; every process of the run carries it as GPUFLEET_RUN_ID (made by job_plan on
     the controller, or by the launch module when it is used alone)."""
@@ -231,9 +249,12 @@ class RankWatch:
     watched. ``first_exit_at`` is when the first of them (or the launcher) ended: when this node's part began to
     end."""
 
-    def __init__(self, token: str, on_rank_end: Callable[[int, int | None, int | None], None] | None = None) -> None:
+    def __init__(self, token: str,
+                 on_rank_end: Callable[[int, int | None, int | None, int | None], None] | None = None) -> None:
         self.token = token
-        self.on_rank_end = on_rank_end  # told each rank's end: pid, global and local rank
+        # Told each rank's end: pid, global and local rank, and its wait status where it could be read (the rank not
+        # reaped yet by its launcher when its pidfd woke this node's supervisor; zombie_wait_status).
+        self.on_rank_end = on_rank_end
         self.rank_of_pid: dict[int, tuple[int | None, int | None]] = {}
         self.watched: dict[int, int | None] = {}
         self.rank_children: set[int] = set()
@@ -274,11 +295,12 @@ class RankWatch:
         """A rank (or the launcher) has ended: the first such moment is when this node's part began to end."""
         if self.first_exit_at is None:
             self.first_exit_at = time.time()
+        status = zombie_wait_status(pid)
         fd = self.watched.pop(pid, None)
         if fd is not None:
             os.close(fd)
         if pid in self.rank_of_pid and self.on_rank_end is not None:
-            self.on_rank_end(pid, *self.rank_of_pid.pop(pid))
+            self.on_rank_end(pid, *self.rank_of_pid.pop(pid), status)
 
     def fds(self) -> dict[int, int]:
         """The pidfds to wait on, each with its PID."""

@@ -45,15 +45,17 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_heal
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_silence import LogSilence
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
-    attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, restart_decision, stacks_read)
+    attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, rank_failure_news, restart_decision,
+    stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
-    RankWatch, proc_start_ticks, read_json, run_token, signal_name)
+    RankWatch, proc_start_ticks, read_json, run_token, signal_name, wait_status_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     GANG_KEY_FILE, LOG_FILE, SINGLE_ENTRY, SPEC_FILE, STOP_REQUEST_FILE,
     Defaults, HeartbeatPhase, JobState, PartOutcome, StopReason, read_stop_request)
@@ -77,9 +79,6 @@ class Supervisor:
         self.token = run_token(spec)
         self.grace_s = float(spec.get("grace_s", Defaults.GRACE_S))
         self.hang_timeout_s = float(spec.get("hang_timeout_s") or 0)
-        # An attempt's start (imports, data loading, rendezvous) is often silent for longer than a step: before
-        # this node's first output of the attempt, its silence counts only past this allowance.
-        self.hang_startup_s = float(spec.get("hang_startup_s") or 0)
         scheduler = scheduler_of(spec.get("scheduler"))
         self.runtime: HostRuntime = runtime_of(spec)  # the host, or the job's container (runtimes.py)
         # Under Slurm, chosen when Slurm started the job, not when it was submitted; the gang's heartbeats use the first.
@@ -95,10 +94,8 @@ class Supervisor:
         self.attempt = 1
         # How this node's part of the latest attempt ended (None before the first has).
         self.ended: PartOutcome | None = None
-        self.last_output = time.monotonic()
-        self.log_size = -1
-        # The log's size when the attempt started: output beyond it is the attempt's own.
-        self.attempt_log_size = -1
+        # For the hang watchdog; an attempt's start counts only past hang_startup_s.
+        self.silence = LogSilence(os.path.join(job_dir, LOG_FILE), float(spec.get("hang_startup_s") or 0))
         self.next_beat = 0.0
         self.attempt_started = time.monotonic()
         self.state: dict = {
@@ -108,7 +105,7 @@ class Supervisor:
         }
         self.state_file = StateFile(job_dir, self.run_id)  # the one writer of state.json and exit_code
         self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
-        self.ranks = RankWatch(self.token, self.events.rank_ended)  # the run's ranks, and when the first ended
+        self.ranks = RankWatch(self.token, self._rank_ended)  # the run's ranks, and when the first ended
         # The node's GPUs (gpu_watch.py): sampled into gpus.csv; a new hardware XID fails this node's part at once.
         nodes = (spec.get("nodes") or []) + (spec.get("spares") or [])  # a spare's node_rank is past the nodes'
         self.node_rank = rank = int(spec.get("node_rank") or 0)
@@ -116,7 +113,8 @@ class Supervisor:
         self.gpu_watch = GpuWatch(job_dir, self.host, float(spec.get("health_sample_s") or 0),
                                   str(spec.get("health_kernel_log") or KMSG))
         self.gpu_failure: StopReason | None = None
-        self.telling: Heartbeat | None = None  # what the others hear while this part ends (a GPU fault, a hang)
+        self.telling: Heartbeat | None = None  # what the others hear while this part ends (GPU fault, hang, rank failed)
+        self.stopping = False  # this attempt is being stopped (begin_stop): its ranks' ends are the stop's doing
         self.stacks_taken = False
         self.rank_output = RankOutput(job_dir, os.path.join(job_dir, LOG_FILE), spec)  # DeepSpeed's ranks' files
         self.state.update(self.runtime.state_fields(spec))
@@ -161,7 +159,7 @@ class Supervisor:
         else:
             part = self.telling or Heartbeat()
         self.gang.send(dataclasses.replace(
-            part, attempt=self.attempt, phase=phase, final=final, silent_s=round(self._silence_s(), 1),
+            part, attempt=self.attempt, phase=phase, final=final, silent_s=round(self.silence.seconds(), 1),
             stacks_taken=self.stacks_taken, restart_reason=self.restart_reason,
             hung_in=hung_in(self.state.get("stacks"))))
 
@@ -170,20 +168,7 @@ class Supervisor:
         self._beat(phase)
         self.gang.receive(timeout_s, extra=self.ranks.fds(), on_extra=self.ranks.exited)
         self.rank_output.follow()
-        try:
-            size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
-        except OSError:
-            size = -1
-        if size != self.log_size:
-            self.log_size, self.last_output = size, time.monotonic()
-
-    def _silence_s(self) -> float:
-        """How long this node's log has been silent, for the hang watchdog: counted from the attempt's first output,
-        or, before any, from the attempt's start less the startup allowance (negative while within it)."""
-        now = time.monotonic()
-        if self.log_size > self.attempt_log_size:
-            return now - self.last_output
-        return now - self.attempt_started - self.hang_startup_s
+        self.silence.follow()
 
     def stop_decision(self) -> StopReason | None:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
@@ -200,7 +185,16 @@ class Supervisor:
             return self.gpu_failure
         return self._gang_stop_reason()
 
+    def _rank_ended(self, pid: int, rank: int | None, local_rank: int | None, status: int | None) -> None:
+        """A rank of this node has ended: into the timeline; a failure of its own told to the others at once."""
+        self.events.rank_ended(pid, rank, local_rank, "" if status is None else wait_status_said(status))
+        news = rank_failure_news(rank, pid, status, self.stopping or self.stop_reason is not None)
+        if news is not None and self.telling is None and self.gang.peers():
+            self.telling = news
+            self._beat(HeartbeatPhase.RUNNING, force=True)
+
     def begin_stop(self, stop: StopReason) -> None:
+        self.stopping = True
         self.save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
         self.log(stop.reason)
         if stop.stacks:  # a hang, or a stop that asked for them
@@ -233,20 +227,16 @@ class Supervisor:
             self.save(peers_lost=lost_at(self.gang, lost, self.state.get("peers_lost")))
             return lost_reason(self.gang, lost)
         if self.hang_timeout_s:
-            silences = [self._silence_s()] + [self.gang.silence_s(rank, self.attempt) for rank in self.gang.peers()]
+            silences = [self.silence.seconds()] + [self.gang.silence_s(rank, self.attempt) for rank in self.gang.peers()]
             return hang_reason(silences, self.hang_timeout_s)
         return None
 
     # -- one attempt (attempt.py runs it) -----------------------------------------------------------------------
 
     def begin_attempt(self) -> None:
-        self.telling, self.stacks_taken = None, False  # what the others heard while the last attempt ended
-        self.last_output = self.attempt_started = time.monotonic()
+        self.telling, self.stacks_taken, self.stopping = None, False, False  # of the last attempt's end
+        self.attempt_started = self.silence.begin_attempt()
         self.ranks.begin(self.attempt_started)
-        try:
-            self.log_size = self.attempt_log_size = os.path.getsize(os.path.join(self.job_dir, LOG_FILE))
-        except OSError:
-            self.log_size = self.attempt_log_size = 0  # no log yet: the attempt creates it, empty
 
     def _follower(self) -> bool:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
@@ -370,12 +360,7 @@ class Supervisor:
             stop_reason=ended.reason or self.stop_reason,
             stopped_for=ended.stopped_for,
             gang=gang,
-            # How far each peer's clock is behind this node's (plus the shortest trip), from the heartbeats.
-            clock_offsets={self.gang.host(rank): round(offset, 4) for rank, offset in self.gang.offsets.items()},
-            # When each peer was last heard (wall clock): a peer whose supervisor vanished failed about then, and the
-            # report orders it by this even when this node ended before counting it lost.
-            peers_last_heard={self.gang.host(rank): round(self.gang.last_heard_wall(rank), 3)
-                              for rank in self.gang.peers() if rank in self.gang.heard},
+            **self.gang.as_heard(),
         )
         if self.gang.peers():
             # Say it a few times, a moment apart, so that one lost datagram does not leave a peer waiting.

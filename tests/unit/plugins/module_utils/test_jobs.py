@@ -19,6 +19,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
     read_json,
     run_processes,
     run_token,
+    wait_status_said,
+    zombie_wait_status,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
@@ -340,3 +342,23 @@ def test_a_gang_without_its_key_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(jobs.JobError, match="gang_key: is required when nodes are given"):
         jobs.start(path, spec, R1, SOURCE, check_mode=False)
     assert not os.path.exists(path)
+
+
+def test_how_a_process_ended_is_read_from_its_zombie_until_its_parent_reaps_it():
+    """What a rank's supervisor reads of a rank its launcher has not reaped yet (the real kernel's /proc)."""
+    running = subprocess.Popen(["sleep", "30"])
+    killed = subprocess.Popen(["sleep", "30"])
+    failed = subprocess.Popen(["sh", "-c", "exit 3"])
+    well = subprocess.Popen(["true"])
+    try:
+        assert zombie_wait_status(running.pid) is None  # still running
+        os.kill(killed.pid, signal.SIGKILL)
+        statuses = wait_for(lambda: (lambda found: found if None not in found else None)(
+            [zombie_wait_status(proc.pid) for proc in (killed, failed, well)]))
+        assert [wait_status_said(status) for status in statuses] == ["SIGKILL", "exit code 3", "exit code 0"]
+        assert statuses == [signal.SIGKILL, 3 << 8, 0]
+    finally:
+        running.kill()
+        for proc in (running, killed, failed, well):
+            proc.wait()
+    assert zombie_wait_status(killed.pid) is None  # reaped

@@ -9,10 +9,12 @@ tests/cluster/test_supervision.py.
 
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
 import time
+import types
 import uuid
 
 import pytest
@@ -25,7 +27,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
     run_token,
     supervisor_alive,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, HeartbeatPhase, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.supervisor import Supervisor
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
@@ -221,7 +225,7 @@ def test_a_hung_job_s_ranks_stacks_are_taken_on_every_node_before_they_stop(gang
         events = [what for _at, what in ended[rank]["events"]]
         hung = next(i for i, what in enumerate(events) if what.startswith("hung: no node wrote"))
         assert events[hung + 1].startswith("stacks of ranks %d written" % rank), events
-        assert any(what.startswith("rank %d (local rank 0, pid " % rank) and what.endswith(") ended")
+        assert any(what.startswith("rank %d (local rank 0, pid " % rank) and ") ended" in what
                    for what in events[hung + 2:]), events
     wait_for(lambda: not g.processes())
 
@@ -386,7 +390,10 @@ def test_a_lone_node_is_a_gang_with_no_peers():
 # A stand-in launcher: the rank (LOCAL_RANK, as every launcher gives its ranks) runs under a launcher process without
 # it, as under torchrun's agent. The launcher outlives its rank's end for a while, as torchrun does while it ends the
 # node's other ranks.
-RANK_DIES_FIRST = ("echo started; LOCAL_RANK=0 bash -c 'sleep 2; echo rank 0 fails; exit 5'\n"
+# Its rank ends with 0: a rank's failure that its supervisor reads is told to the other nodes at once (see
+# test_a_rank_that_fails_is_told_to_the_other_nodes_before_its_launcher_ends); this is the end the supervisor could
+# not read as a failure (the launcher reaped it first), and the launcher fails the part.
+RANK_DIES_FIRST = ("echo started; LOCAL_RANK=0 bash -c 'sleep 2; echo rank 0 fails; exit 0'\n"
                    "echo launcher ending the other ranks; sleep 10; exit 1\n")
 RANK_FAILS_LATER = "echo started; sleep 3.5; LOCAL_RANK=0 bash -c 'echo rank 1 fails in a collective; exit 3'; exit 3\n"
 
@@ -447,3 +454,103 @@ def test_a_stop_by_request_stays_a_stop_whatever_the_ranks_were_doing(gang):
     wait_for(lambda: "rank 0 fails" in open(h.status(0)["log_path"]).read(), timeout=10)
     jobs.stop(h.paths[0], "stopped by the user", check_mode=False)
     assert wait_for(h.ended, timeout=30)[0]["state"] == "stopped"
+
+
+# A launcher's agent as torchrun's is: it starts the node's rank (LOCAL_RANK set) and notices its end only at its
+# next look (torchrun: every 0.1 s; 2 s here, a margin for a loaded machine), then takes its time to end its part
+# (3 s here). Until it looks, the rank is a zombie its supervisor can read the end of.
+AGENT = """import os, subprocess, sys, time
+rank = subprocess.Popen(["bash", "-c", "echo $$ > " + sys.argv[1] + ".tmp; mv " + sys.argv[1] + ".tmp " + sys.argv[1]
+                         + "; " + sys.argv[2]], env=dict(os.environ, LOCAL_RANK="0", RANK=os.environ["NODE_RANK"]))
+print("started", flush=True)
+while rank.poll() is None:
+    time.sleep(2.0)
+print("agent: the rank ended with %d; ending this node's part" % rank.returncode, flush=True)
+time.sleep(3.0)
+sys.exit(1 if rank.returncode else 0)
+"""
+
+
+def agent_body(tmp_path, rank_command):
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    return lambda rank: "exec %s %s %s %s\n" % (sys.executable, agent, tmp_path / ("rank%d.pid" % rank),
+                                                 shlex.quote(rank_command))
+
+
+def watched_by_supervisor(supervisor_pid, pid):
+    """Whether the supervisor holds a pidfd of pid (its /proc fdinfo says "Pid:"): it will see pid's end at once."""
+    folder = "/proc/%d/fdinfo" % supervisor_pid
+    for name in os.listdir(folder):
+        try:
+            with open(os.path.join(folder, name)) as handle:
+                if "Pid:\t%d\n" % pid in handle.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def test_a_rank_that_fails_is_told_to_the_other_nodes_before_its_launcher_ends(gang, tmp_path):
+    """The gang stop's first step: n1's rank is SIGKILLed; its supervisor reads how it ended (the launcher has not
+    reaped it yet) and tells n0 at once, which stops while n1's launcher is still ending its part."""
+    body = agent_body(tmp_path, "exec sleep 1000")
+    g = gang([FOREVER, body(1)])
+    pidfile = tmp_path / "rank1.pid"
+    wait_for(lambda: pidfile.exists() and g.status(1).get("supervisor_pid"), timeout=30)
+    pid = int(pidfile.read_text())
+    wait_for(lambda: watched_by_supervisor(g.status(1)["supervisor_pid"], pid), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["stopped", "failed"], ended
+    assert ended[1]["exit_code"] == 1, ended[1]
+    assert ended[0]["stopped_for"] == "n1", ended[0]
+    assert "n1 (node_rank 1) failed: rank 1 (pid %d) ended with SIGKILL" % pid in ended[0]["stop_reason"], ended[0]
+    # The word came before n1's launcher had ended its part (3 s after it noticed).
+    assert ended[0]["stop_requested_at"] < ended[1]["ended_at"] - 2, (ended[0], ended[1])
+    assert "rank 1 (local rank 0, pid %d) ended with SIGKILL" % pid in [what for _at, what in ended[1]["events"]]
+
+
+def test_a_rank_that_ends_well_before_the_others_is_not_told_as_a_failure(gang, tmp_path):
+    go = tmp_path / "go"
+    body = agent_body(tmp_path, "while [ ! -e %s ]; do sleep 0.05; done; exit 0" % go)
+    g = gang(["echo started; while [ ! -e %s ]; do sleep 0.05; done; sleep 6; exit 0\n" % go, body(1)])
+    pidfile = tmp_path / "rank1.pid"
+    wait_for(lambda: pidfile.exists() and g.status(1).get("supervisor_pid"), timeout=30)
+    wait_for(lambda: watched_by_supervisor(g.status(1)["supervisor_pid"], int(pidfile.read_text())), timeout=30)
+    go.write_text("")  # n1's rank ends well; n0 goes on for 6 s more
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["succeeded", "succeeded"], ended
+    assert any(what.startswith("rank 1 (local rank 0, pid ") and what.endswith(") ended with exit code 0")
+               for _at, what in ended[1]["events"]), ended[1]["events"]
+
+
+def test_a_rank_ended_by_a_stop_is_the_stop_not_a_failure(gang, tmp_path):
+    body = agent_body(tmp_path, "exec sleep 1000")
+    g = gang([body(0), FOREVER])
+    pidfile = tmp_path / "rank0.pid"
+    wait_for(lambda: pidfile.exists() and g.status(0).get("supervisor_pid"), timeout=30)
+    wait_for(lambda: watched_by_supervisor(g.status(0)["supervisor_pid"], int(pidfile.read_text())), timeout=30)
+    jobs.stop(g.paths[0], "stopped by the user", check_mode=False)
+    ended = wait_for(g.ended, timeout=30)
+    assert [s["state"] for s in ended] == ["stopped", "stopped"], ended
+    assert "stopped by the user" in ended[1]["stop_reason"] and "failed" not in ended[1]["stop_reason"], ended[1]
+
+
+@pytest.mark.parametrize("status, stopping, stop_reason, told", [
+    (9, False, None, "rank 3 (pid 41) ended with SIGKILL"),
+    (3 << 8, False, None, "rank 3 (pid 41) ended with exit code 3"),
+    (0, False, None, None),  # ended well
+    (None, False, None, None),  # its launcher reaped it first: the launcher's exit code says
+    (15, True, None, None),  # this node's stop (a peer's failure, a hang) ended it
+    (15, False, "stopped by SIGTERM", None),  # a stop asked of this node, before its stop began
+])
+def test_only_a_rank_failing_on_its_own_is_told_to_the_other_nodes(status, stopping, stop_reason, told):
+    beats = []
+    node = types.SimpleNamespace(events=Events({}), stopping=stopping, stop_reason=stop_reason, telling=None,
+                                 gang=types.SimpleNamespace(peers=lambda: [1]),
+                                 _beat=lambda phase, force=False: beats.append((phase, force)))
+    Supervisor._rank_ended(node, 41, 3, 0, status)
+    assert (node.telling.reason if node.telling else None) == told
+    assert beats == ([(HeartbeatPhase.RUNNING, True)] if told else [])
+    assert node.telling is None or node.telling.outcome == JobState.FAILED
