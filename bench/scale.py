@@ -266,6 +266,27 @@ def gpufleet(bench: Bench, bench_dir: str, label: str, control_dir: str, profile
     return last_stamp(host_dir, len(bench.nodes)) - done.started, done
 
 
+STAGES = (("agent_parent", "the agent's parent starts (sshd's shell; gpufleet's supervisor)"),
+          ("agent", "torchrun starts"),
+          ("rank", "the rank's Python starts"),
+          ("top", "the script's first line runs"),
+          ("imported", "torch.distributed is imported"),
+          ("init", "past init_process_group"))
+
+
+def rank_stages(host_dir: str, count: int, started: float) -> dict[str, float]:
+    """Seconds from the invocation to each step of rank start (init_timer.py's rank<N>.json), the median over the
+    nodes; and the last node's init ("init_last", what P1 measures)."""
+    ranks = []
+    for rank in range(count):
+        with open(os.path.join(host_dir, "rank%d.json" % rank)) as handle:
+            ranks.append(json.load(handle))
+    stages = {key: round(statistics.median(r[key] - started for r in ranks if r.get(key) is not None), 2)
+              for key, _what in STAGES if any(r.get(key) is not None for r in ranks)}
+    stages["init_last"] = round(max(r["init"] for r in ranks) - started, 2)
+    return stages
+
+
 def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str] | None = None) -> dict:
     """Direct, then each baseline's train.yml (--baseline REF[,REF]: the checkout of that commit), then this
     checkout's, cold and warm, runs times; the medians, the ratios to the direct way and to each baseline."""
@@ -273,6 +294,8 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
     kinds = ["direct"] + ["baseline " + ref for ref in baselines] + ["gpufleet"]
     rows: dict[str, list[float]] = {"%s_%s" % (who, kind): [] for kind in ("cold", "warm") for who in kinds}
     costs: list[Measured] = []
+    stages: dict[str, list[dict[str, float]]] = {"%s_%s" % (who, kind): [] for kind in ("cold", "warm")
+                                                 for who in ("direct", "gpufleet")}
     count = len(bench.nodes)
     warm_direct = tempfile.mkdtemp(dir=bench.state, prefix="cp-dw-")
     for run in range(runs):
@@ -285,6 +308,7 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
                     bench.warm_up(folder)
             took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), dirs["direct"])
             rows["direct_" + kind].append(round(took, 3))
+            stages["direct_" + kind].append(stages_of(bench_dir, label + "-d", count, took))
             line = "  N=%-2d run %d %-4s direct %6.2f s" % (count, run + 1, kind, took)
             for index, (ref, root) in enumerate(baselines.items()):
                 ready, _done = gpufleet(bench, bench_dir, "%s-b%d" % (label, index), dirs["baseline " + ref], root=root)
@@ -292,6 +316,7 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
                 line += "  %s %6.2f s" % (ref, ready)
             ready, done = gpufleet(bench, bench_dir, label + "-g", dirs["gpufleet"])
             rows["gpufleet_" + kind].append(round(ready, 3))
+            stages["gpufleet_" + kind].append(stages_of(bench_dir, label + "-g", count, ready))
             costs.append(done)
             print(line + "  gpufleet %6.2f s (playbook %6.2f s, %5.1f CPU s)" % (ready, done.seconds, done.cpu_s),
                   flush=True)
@@ -306,7 +331,15 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
             result["vs %s_%s" % (ref, kind)] = (result["gpufleet_" + kind]["median_s"]
                                                / result["baseline %s_%s" % (ref, kind)]["median_s"])
     result["controller"] = cost_summary(costs, count)
+    result["rank_start"] = {who: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+                            for who, runs in stages.items() if runs}
     return result
+
+
+def stages_of(bench_dir: str, label: str, count: int, took: float) -> dict[str, float]:
+    """rank_stages of one run, its invocation found back from the last rank's stamp and the time P1 measured."""
+    host_dir = os.path.join(bench_dir, "stamps", label)
+    return rank_stages(host_dir, count, last_stamp(host_dir, count) - took)
 
 
 def cost_summary(runs: list[Measured], count: int) -> dict:
@@ -337,6 +370,7 @@ def forks_failing_last_node(bench: Bench) -> str:
 def p2_gang_stop(bench: Bench, runs: int) -> dict:
     last = bench.nodes[-1]
     values = []
+    timelines: list[dict[str, float]] = []
     for run in range(runs):
         job = "p2-%d-%d" % (len(bench.nodes), run)
         background = train(bench.cluster, job)
@@ -348,8 +382,40 @@ def p2_gang_stop(bench: Bench, runs: int) -> dict:
             raise SystemExit("train.yml did not fail naming %s after its rank was killed:\n%s"
                              % (last, finished.out[-3000:]))
         values.append(round(took, 3))
-        print("  N=%-2d gang stop run %d: %.2f s" % (len(bench.nodes), run + 1, took), flush=True)
-    return {"runs": values, "median_s": statistics.median(values), "max_s": max(values)}
+        steps = stop_timeline({node: bench.cluster.view.job_state(node, job) or {} for node in bench.nodes}, last, at)
+        timelines.append(dict(steps, gone=round(took, 2)))
+        print("  N=%-2d gang stop run %d: %.2f s (%s)" % (len(bench.nodes), run + 1, took, ", ".join(
+            "%s %.2f" % (key, value) for key, value in steps.items())), flush=True)
+    return {"runs": values, "median_s": statistics.median(values), "max_s": max(values),
+            "timeline": {key: statistics.median(t[key] for t in timelines if key in t)
+                         for key in timelines[0]} if timelines else {}}
+
+
+STOP_STEPS = (("noticed", "the killed rank's supervisor notices its end"),
+              ("word_first", "the first peer decides to stop (the word has reached it)"),
+              ("word_last", "the last peer decides to stop"),
+              ("part_ended_median", "a node's part has ended (launcher and ranks gone), median node"),
+              ("part_ended_last", "the last node's part has ended"),
+              ("gone", "no process of the job on any node (P2)"))
+
+
+def stop_timeline(states: dict[str, dict], killed: str, at: float) -> dict[str, float]:
+    """Seconds from the kill to each step of the gang stop, read from every node's state.json (the supervisors'
+    own times; the containers share the host's clock)."""
+    steps: dict[str, float] = {}
+    noticed = [when for when, what in states.get(killed, {}).get("events", []) if " ended" in what and "rank" in what]
+    if noticed:
+        steps["noticed"] = round(min(noticed) - at, 2)
+    words = sorted(state["stop_requested_at"] - at for node, state in states.items()
+                   if node != killed and isinstance(state.get("stop_requested_at"), (int, float)))
+    if words:
+        steps["word_first"], steps["word_last"] = round(words[0], 2), round(words[-1], 2)
+    ended = sorted(state["attempts"][-1]["ended_at"] - at for state in states.values()
+                   if state.get("attempts") and isinstance(state["attempts"][-1].get("ended_at"), (int, float)))
+    if ended:
+        steps["part_ended_median"] = round(statistics.median(ended), 2)
+        steps["part_ended_last"] = round(ended[-1], 2)
+    return steps
 
 
 def p3_reprovision(bench: Bench) -> dict:
@@ -393,14 +459,15 @@ def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
         print("N=%d: starting %d nodes" % (count, count), flush=True)
         bench = cluster(os.path.join(state, "n%d" % count), count, image, bench_dir)
         row: dict = {"nodes": count, "p3": p3_reprovision(bench)}
-        row["p1"] = p1_launch(bench, bench_dir, args.runs, baseline)
+        if not args.only_p2:
+            row["p1"] = p1_launch(bench, bench_dir, args.runs, baseline)
         row["p2"] = p2_gang_stop(bench, args.runs)
-        if count == args.profile:
+        if count == args.profile and not args.only_p2:
             profile = os.path.join(state, "profile-%d.json" % count)
             ready, _done = gpufleet(bench, bench_dir, "profile-%d" % count, bench.warm_dir, profile=profile)
             with open(profile) as handle:
                 row["profile"] = dict(json.load(handle), ready_s=round(ready, 2))
-        if count == args.forks_check:
+        if count == args.forks_check and not args.only_p2:
             forks = Bench(bench.state, bench.info, forks=5)
             ready, done = gpufleet(forks, bench_dir, "forks5-%d" % count, forks.warm_dir)
             row["forks5"] = {"ready_s": round(ready, 2), "playbook_s": round(done.seconds, 2), "rc": done.rc,
@@ -466,6 +533,34 @@ def profile_table(profile: dict, nodes: int, min_s: float = 0.1) -> str:
     return "\n".join(lines)
 
 
+def rank_start_table(row: dict) -> str:
+    """When each step of rank start happened, seconds from the invocation (median over the nodes, then over the
+    runs), warm SSH: the direct way beside train.yml, and what train.yml adds at each step."""
+    start = row["p1"].get("rank_start") or {}
+    direct, ours = start.get("direct_warm"), start.get("gpufleet_warm")
+    if not direct or not ours:
+        return ""
+    lines = ["| %d nodes, warm SSH: step of rank start (median node) | direct | train.yml | train.yml later by |"
+             % row["nodes"], "| --- | --- | --- | --- |"]
+    for key, what in STAGES + (("init_last", "the last rank past init_process_group (P1)"),):
+        if key in direct and key in ours:
+            lines.append("| %s | %.2f s | %.2f s | %+.2f s |" % (what, direct[key], ours[key], ours[key] - direct[key]))
+    return "\n".join(lines)
+
+
+def stop_table(rows: list[dict]) -> str:
+    """P2's steps at each node count: seconds from the kill, the median over the runs."""
+    sizes = [row for row in rows if row["p2"].get("timeline")]
+    if not sizes:
+        return ""
+    lines = ["| gang stop: step, seconds after the rank's SIGKILL | %s |" % " | ".join(
+        "%d nodes" % row["nodes"] for row in sizes), "|" + " --- |" * (len(sizes) + 1)]
+    for key, what in STOP_STEPS:
+        lines.append("| %s | %s |" % (what, " | ".join(
+            "%.2f s" % row["p2"]["timeline"][key] if key in row["p2"]["timeline"] else "-" for row in sizes)))
+    return "\n".join(lines)
+
+
 def baseline_table(rows: list[dict], baselines: list[str]) -> str:
     lines = ["| nodes | commit | P1 warm | this / it | P1 cold | this / it |", "| --- | --- | --- | --- | --- | --- |"]
     for row in rows:
@@ -508,6 +603,8 @@ def main() -> int:
     parser.add_argument("--forks-check", type=int, default=8, help="train.yml with forks=5 at this node count")
     parser.add_argument("--control-path", type=int, default=64, help="nodes of the control-path run (0: none)")
     parser.add_argument("--baseline", help="commits (REF[,REF]) whose train.yml P1 also measures, in the same run")
+    parser.add_argument("--only-p2", action="store_true",
+                        help="measure only the gang stop (P2, with its steps) at each size (P3's provisioning still runs)")
     parser.add_argument("--state", default=os.path.join(REPO, ".cache", "bench-scale"))
     parser.add_argument("--json", default=os.path.join(REPO, "logs", "bench", "scale.json"))
     parser.add_argument("--png", default=os.path.join(REPO, "logs", "bench", "scale.png"))
@@ -526,9 +623,17 @@ def main() -> int:
     finally:
         testbed.down()
     write_json(args.json, result)
+    if args.only_p2:
+        print("\n" + stop_table(result["rows"]))
+        return 0
     print("\n" + table(result["rows"]))
     if args.baseline:
         print("\n" + baseline_table(result["rows"], args.baseline.split(",")))
+    if stop_table(result["rows"]):
+        print("\n" + stop_table(result["rows"]))
+    for row in result["rows"]:
+        if rank_start_table(row):
+            print("\n" + rank_start_table(row))
     for row in result["rows"]:
         if row.get("profile"):
             print("\n" + profile_table(row["profile"], row["nodes"]))
