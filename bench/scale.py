@@ -96,28 +96,59 @@ class Measured:
 
 
 def _tree_rss_kb(root: int) -> int:
-    """The summed RSS of root and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as handle:
-                stat = handle.read()
-            with open("/proc/%s/statm" % name) as handle:
-                pages = int(handle.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-        rss[int(name)] = pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    """The summed RSS of root and all its descendants, read by walking down from root through
+    /proc/PID/task/TID/children: only the tree's own files, so that the sampling, which runs beside the measured
+    launch on the same cores, costs little of their CPU (a scan of all of /proc, with 8 nodes' processes, took
+    about 10% of a core at this rate)."""
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
+        try:
+            with open("/proc/%d/statm" % pid) as handle:
+                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+            for tid in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/children" % (pid, tid)) as handle:
+                    todo.extend(int(child) for child in handle.read().split())
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
     return total
+
+
+class MachineCpu:
+    """The machine's busy CPU seconds (every core, /proc/stat: all but idle and iowait), sampled every 0.1 s while
+    a run goes on: the nodes and the controller share these cores, so a launch's wall time here follows the CPU
+    its every process spends, and the busy seconds up to the last rank's init say where a launch is heavier."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def busy_s() -> float:
+        with open("/proc/stat") as handle:
+            fields = [int(value) for value in handle.readline().split()[1:]]
+        return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+    def _sample(self) -> None:
+        while not self.done.is_set():
+            self.samples.append((time.time(), self.busy_s()))
+            self.done.wait(0.1)
+
+    def __enter__(self) -> "MachineCpu":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self.samples.append((time.time(), self.busy_s()))
+
+    def between(self, start: float, end: float) -> float:
+        """Busy CPU seconds from start to end (the nearest samples)."""
+        def at(when: float) -> float:
+            return min(self.samples, key=lambda sample: abs(sample[0] - when))[1]
+        return round(at(end) - at(start), 1)
 
 
 def run_measured(cmd: list[str], env: dict, cwd: str, timeout: float = 1800) -> Measured:
@@ -306,17 +337,19 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
                 dirs = {who: warm_direct if who == "direct" else bench.warm_dir for who in kinds}
                 for folder in set(dirs.values()):
                     bench.warm_up(folder)
-            took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), dirs["direct"])
+            with MachineCpu() as cpu:
+                took = direct(bench, bench_dir, label + "-d", 29100 + run * 2 + (kind == "warm"), dirs["direct"])
             rows["direct_" + kind].append(round(took, 3))
-            stages["direct_" + kind].append(stages_of(bench_dir, label + "-d", count, took))
+            stages["direct_" + kind].append(stages_of(bench_dir, label + "-d", count, took, cpu))
             line = "  N=%-2d run %d %-4s direct %6.2f s" % (count, run + 1, kind, took)
             for index, (ref, root) in enumerate(baselines.items()):
                 ready, _done = gpufleet(bench, bench_dir, "%s-b%d" % (label, index), dirs["baseline " + ref], root=root)
                 rows["baseline %s_%s" % (ref, kind)].append(round(ready, 3))
                 line += "  %s %6.2f s" % (ref, ready)
-            ready, done = gpufleet(bench, bench_dir, label + "-g", dirs["gpufleet"])
+            with MachineCpu() as cpu:
+                ready, done = gpufleet(bench, bench_dir, label + "-g", dirs["gpufleet"])
             rows["gpufleet_" + kind].append(round(ready, 3))
-            stages["gpufleet_" + kind].append(stages_of(bench_dir, label + "-g", count, ready))
+            stages["gpufleet_" + kind].append(stages_of(bench_dir, label + "-g", count, ready, cpu))
             costs.append(done)
             print(line + "  gpufleet %6.2f s (playbook %6.2f s, %5.1f CPU s)" % (ready, done.seconds, done.cpu_s),
                   flush=True)
@@ -336,10 +369,12 @@ def p1_launch(bench: Bench, bench_dir: str, runs: int, baselines: dict[str, str]
     return result
 
 
-def stages_of(bench_dir: str, label: str, count: int, took: float) -> dict[str, float]:
-    """rank_stages of one run, its invocation found back from the last rank's stamp and the time P1 measured."""
+def stages_of(bench_dir: str, label: str, count: int, took: float, cpu: MachineCpu) -> dict[str, float]:
+    """rank_stages of one run, its invocation found back from the last rank's stamp and the time P1 measured; and
+    the machine's busy CPU seconds from the invocation to the last rank's init ("cpu_s")."""
     host_dir = os.path.join(bench_dir, "stamps", label)
-    return rank_stages(host_dir, count, last_stamp(host_dir, count) - took)
+    ready = last_stamp(host_dir, count)
+    return dict(rank_stages(host_dir, count, ready - took), cpu_s=cpu.between(ready - took, ready))
 
 
 def cost_summary(runs: list[Measured], count: int) -> dict:
@@ -542,7 +577,8 @@ def rank_start_table(row: dict) -> str:
         return ""
     lines = ["| %d nodes, warm SSH: step of rank start (median node) | direct | train.yml | train.yml later by |"
              % row["nodes"], "| --- | --- | --- | --- |"]
-    for key, what in STAGES + (("init_last", "the last rank past init_process_group (P1)"),):
+    for key, what in STAGES + (("init_last", "the last rank past init_process_group (P1)"),
+                               ("cpu_s", "CPU seconds the machine spent until then (every core; nodes and controller)")):
         if key in direct and key in ours:
             lines.append("| %s | %.2f s | %.2f s | %+.2f s |" % (what, direct[key], ours[key], ours[key] - direct[key]))
     return "\n".join(lines)
