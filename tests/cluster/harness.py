@@ -76,11 +76,12 @@ class Cluster:
         return PlaybookRun(done.returncode, out, time.monotonic() - started)
 
     def start_playbook(self, name: str, *args: str, log_name: str = "playbook.log",
-                       inventory: str | None = None) -> "Background":
-        """ansible-playbook in the background, in its own session (as a terminal's foreground job is)."""
+                       inventory: str | None = None, root: str = REPO) -> "Background":
+        """ansible-playbook in the background, in its own session (as a terminal's foreground job is); of the
+        checkout at root (a benchmark's baseline: bench/scale.py), this one by default."""
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", inventory or self.inventory,
-               os.path.join(REPO, "playbooks", name), *args]
-        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               os.path.join(root, "playbooks", name), *args]
+        env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"),
                    ANSIBLE_DISPLAY_SKIPPED_HOSTS="1", PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
                    PYTHONUNBUFFERED="1", ANSIBLE_SSH_CONTROL_PATH_DIR=tempfile.mkdtemp(dir=self.state, prefix="cp-"))
         path = os.path.join(self.state, log_name)

@@ -82,10 +82,11 @@ def pid_of(found, kind, rank=None):
     raise AssertionError("no %s (rank %s) in %s" % (kind, rank, found))
 
 
-def train(cluster, job, *extra, script_args="--steps 400", nproc=1):
+def train(cluster, job, *extra, script_args="--steps 400", nproc=1, **options):
+    """train.yml of faulty_train.py in the background; options go to Cluster.start_playbook (root: a checkout)."""
     return cluster.start_playbook(
         "train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, "-e", "nproc_per_node=%d" % nproc,
-        "-e", "script_args='%s'" % script_args, *extra, log_name="%s.out" % job)
+        "-e", "script_args='%s'" % script_args, *extra, log_name="%s.out" % job, **options)
 
 
 def train_detached(cluster, job, steps):

@@ -149,6 +149,7 @@ class Attempt:
         node = self.node
         node.begin_attempt()
         child = self._start()
+        node.ranks.watch_launcher(child.pid)  # its end wakes the loop at once, not at its next turn
         node.save(state=JobState.RUNNING, pid=child.pid, pgid=child.pid, attempt=node.attempt, master_port=self.port)
         stopping: StopReason | None = None
         stopping_since = 0.0
@@ -224,6 +225,6 @@ class Attempt:
             self.ranks_gone_at = now
         if now - self.ranks_gone_at < Defaults.AGENT_GRACE_S:
             return False
-        self.node.log("every rank has ended; %s was still running %.0f s later: ended with SIGKILL"
+        self.node.log("every rank has ended; %s was still running %g s later: ended with SIGKILL"
                       % (launcher, Defaults.AGENT_GRACE_S))
         return True

@@ -274,7 +274,7 @@ class RankWatch:
             return
         self.next_scan = now + (0.5 if now - self.started < 30 else 5.0)
         for pid in run_processes(self.token):
-            if pid in self.watched or pid in self.rank_children:
+            if pid in self.rank_of_pid or pid in self.rank_children:
                 continue
             if not proc_is_rank_itself(pid):
                 # A rank's child stays one; anything else (the launcher, a rank not yet exec'd) is looked at again.
@@ -282,14 +282,20 @@ class RankWatch:
                     self.rank_children.add(pid)
                 continue
             self.rank_of_pid[pid] = rank_ids(pid)
-            try:
-                # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
-                self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
-            except OSError:
-                self.watched[pid] = None
+            if pid not in self.watched:  # a launcher that exec'd into the rank (launcher=none) is watched already
+                self.watch_launcher(pid)
         for pid, fd in list(self.watched.items()):
             if fd is None and proc_start_ticks(pid) is None:
                 self.exited(pid)  # no pidfd: noticed by polling, to the nearest scan
+
+    def watch_launcher(self, pid: int) -> None:
+        """Watch process pid through a pidfd, readable the moment it exits: each rank (scan), and the attempt's
+        launcher (the supervisor's child), whose end then wakes the supervisor's loop at once too."""
+        try:
+            # Python 3.9+ only, and guarded: without it (3.8) the watch falls back to polling.
+            self.watched[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # novermin
+        except OSError:
+            self.watched[pid] = None
 
     def exited(self, pid: int) -> None:
         """A rank (or the launcher) has ended: the first such moment is when this node's part began to end."""

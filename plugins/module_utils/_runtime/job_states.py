@@ -152,9 +152,11 @@ class Defaults:
 
     JOBS_DIR = "~/.gpufleet/jobs"  # one sub-folder per job on each node
     GRACE_S = 5.0  # between SIGTERM and SIGKILL when a run is stopped
-    # An agent launcher (AGENT_LAUNCHERS) still running this long after the last of its ranks ended is SIGKILLed
-    # then, not at the end of GRACE_S: the ranks had their grace; the agent holds nothing of the user's.
-    AGENT_GRACE_S = 1.0
+    # An agent launcher (AGENT_LAUNCHERS) still running this long after the last of its ranks ended in a stop is
+    # SIGKILLed then, not at the end of GRACE_S: the ranks had their grace; the agent holds nothing of the user's,
+    # and what it still does (its report of the SIGTERM, the interpreter's exit with torch loaded) took torchrun
+    # over 1 s on every stopped node of a loaded 16-node gang, the gang stop's largest step (bench-scale's P2).
+    AGENT_GRACE_S = 0.2
     HEARTBEAT_S = 1.0  # between two heartbeats of a node's supervisor
     HEARTBEAT_MISSES = 5  # heartbeats missed before a node counts as lost
     JOIN_TIMEOUT_S = 120.0  # for every node's first heartbeat
