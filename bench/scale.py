@@ -402,28 +402,38 @@ def forks_failing_last_node(bench: Bench) -> str:
 # P2: gang stop; P3: re-provision
 
 
-def p2_gang_stop(bench: Bench, runs: int) -> dict:
-    last = bench.nodes[-1]
-    values = []
-    timelines: list[dict[str, float]] = []
+def p2_gang_stop(bench: Bench, runs: int, baselines: dict[str, str] | None = None) -> dict:
+    """P2 of this checkout, and of each baseline's (--baseline: its train.yml ships its supervisor), alternating."""
+    result = {}
     for run in range(runs):
-        job = "p2-%d-%d" % (len(bench.nodes), run)
-        background = train(bench.cluster, job)
-        found = wait_training(bench.cluster, job, run=background)
-        at = kill_in_node(bench.cluster, last, pid_of(found[last], "worker", rank=len(bench.nodes) - 1))
-        took = wait_gone(bench.cluster, job, timeout=120) - at
-        finished = background.finish(timeout=300)
-        if finished.rc == 0 or last not in finished.out:
-            raise SystemExit("train.yml did not fail naming %s after its rank was killed:\n%s"
-                             % (last, finished.out[-3000:]))
-        values.append(round(took, 3))
-        steps = stop_timeline({node: bench.cluster.view.job_state(node, job) or {} for node in bench.nodes}, last, at)
-        timelines.append(dict(steps, gone=round(took, 2)))
-        print("  N=%-2d gang stop run %d: %.2f s (%s)" % (len(bench.nodes), run + 1, took, ", ".join(
-            "%s %.2f" % (key, value) for key, value in steps.items())), flush=True)
+        for ref, root in list((baselines or {}).items()) + [("", REPO)]:
+            result.setdefault(ref, []).append(gang_stop_once(bench, run, ref, root))
+    this = summary(result.pop(""))
+    return dict(this, baselines={ref: summary(timelines) for ref, timelines in result.items()})
+
+
+def summary(timelines: list[dict[str, float]]) -> dict:
+    values = [timeline["gone"] for timeline in timelines]
     return {"runs": values, "median_s": statistics.median(values), "max_s": max(values),
-            "timeline": {key: statistics.median(t[key] for t in timelines if key in t)
-                         for key in timelines[0]} if timelines else {}}
+            "timeline": {key: statistics.median(t[key] for t in timelines if key in t) for key in timelines[0]}}
+
+
+def gang_stop_once(bench: Bench, run: int, ref: str, root: str) -> dict[str, float]:
+    """One gang stop: the last node's rank SIGKILLed; the seconds to each step and until nothing is left ("gone")."""
+    last = bench.nodes[-1]
+    job = "p2-%d-%d%s" % (len(bench.nodes), run, "-" + ref[:12] if ref else "")
+    background = train(bench.cluster, job, root=root)
+    found = wait_training(bench.cluster, job, run=background)
+    at = kill_in_node(bench.cluster, last, pid_of(found[last], "worker", rank=len(bench.nodes) - 1))
+    took = wait_gone(bench.cluster, job, timeout=120) - at
+    finished = background.finish(timeout=300)
+    if finished.rc == 0 or last not in finished.out:
+        raise SystemExit("train.yml did not fail naming %s after its rank was killed:\n%s"
+                         % (last, finished.out[-3000:]))
+    steps = stop_timeline({node: bench.cluster.view.job_state(node, job) or {} for node in bench.nodes}, last, at)
+    print("  N=%-2d gang stop run %d%s: %.2f s (%s)" % (len(bench.nodes), run + 1, " of " + ref if ref else "", took,
+                                                      ", ".join("%s %.2f" % item for item in steps.items())), flush=True)
+    return dict(steps, gone=round(took, 2))
 
 
 STOP_STEPS = (("noticed", "the killed rank's supervisor notices its end"),
@@ -496,7 +506,7 @@ def scale(args: argparse.Namespace, state: str, image: str) -> list[dict]:
         row: dict = {"nodes": count, "p3": p3_reprovision(bench)}
         if not args.only_p2:
             row["p1"] = p1_launch(bench, bench_dir, args.runs, baseline)
-        row["p2"] = p2_gang_stop(bench, args.runs)
+        row["p2"] = p2_gang_stop(bench, args.runs, baseline)
         if count == args.profile and not args.only_p2:
             profile = os.path.join(state, "profile-%d.json" % count)
             ready, _done = gpufleet(bench, bench_dir, "profile-%d" % count, bench.warm_dir, profile=profile)
@@ -579,7 +589,8 @@ def rank_start_table(row: dict) -> str:
              % row["nodes"], "| --- | --- | --- | --- |"]
     for key, what in STAGES + (("init_last", "the last rank past init_process_group (P1)"),
                                ("cpu_s", "CPU seconds the machine spent until then (every core; nodes and controller)")):
-        if key in direct and key in ours:
+        # (sshd's session under a warm ControlMaster predates the run: no step of it)
+        if key in direct and key in ours and direct[key] >= 0:
             lines.append("| %s | %.2f s | %.2f s | %+.2f s |" % (what, direct[key], ours[key], ours[key] - direct[key]))
     return "\n".join(lines)
 
@@ -594,6 +605,10 @@ def stop_table(rows: list[dict]) -> str:
     for key, what in STOP_STEPS:
         lines.append("| %s | %s |" % (what, " | ".join(
             "%.2f s" % row["p2"]["timeline"][key] if key in row["p2"]["timeline"] else "-" for row in sizes)))
+    for ref in sizes[0]["p2"].get("baselines") or {}:
+        for key, what in STOP_STEPS:
+            lines.append("| %s: %s | %s |" % (ref, what, " | ".join(
+                "%.2f s" % row["p2"]["baselines"][ref]["timeline"].get(key, float("nan")) for row in sizes)))
     return "\n".join(lines)
 
 
