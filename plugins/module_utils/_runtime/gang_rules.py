@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     GANG_FAILURE_STATES,
     HeartbeatPhase,
+    SINGLE_ENTRY,
     JobState,
     StopReason,
 )
@@ -40,12 +41,15 @@ def gang_failure(gang: Gang, attempt: int) -> tuple[int, Heartbeat] | None:
     return None
 
 
-def rank_failure_news(rank: int | None, pid: int, status: int | None, stopping: bool) -> Heartbeat | None:
+def rank_failure_news(rank: int | None, pid: int, status: int | None, stopping: bool,
+                      launcher: str) -> Heartbeat | None:
     """What this node tells the others the moment one of its ranks ends, before its launcher has ended the node's
     part: a failure (a non-zero exit, a signal) of the rank's own, with how it ended. Not a rank that ended well, nor
     one whose end is this node's stop's doing (stopping), nor one whose end its supervisor could not read (status
-    None: its launcher reaped it first, and the part's outcome tells)."""
-    if not status or stopping:
+    None: its launcher reaped it first, and the part's outcome tells); nor any under a single-entry launcher
+    (SINGLE_ENTRY: mpirun), whose one command on node 0 owns every rank and reports which one failed, a report the
+    others' stop would cut short."""
+    if not status or stopping or launcher in SINGLE_ENTRY:
         return None
     return Heartbeat(outcome=JobState.FAILED, reason="rank %s (pid %d) ended with %s"
                      % ("?" if rank is None else rank, pid, wait_status_said(status)))

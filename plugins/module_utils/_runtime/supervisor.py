@@ -188,7 +188,8 @@ class Supervisor:
     def _rank_ended(self, pid: int, rank: int | None, local_rank: int | None, status: int | None) -> None:
         """A rank of this node has ended: into the timeline; a failure of its own told to the others at once."""
         self.events.rank_ended(pid, rank, local_rank, "" if status is None else wait_status_said(status))
-        news = rank_failure_news(rank, pid, status, self.stopping or self.stop_reason is not None)
+        news = rank_failure_news(rank, pid, status, self.stopping or self.stop_reason is not None,
+                                 str(self.spec.get("launcher") or "torchrun"))
         if news is not None and self.telling is None and self.gang.peers():
             self.telling = news
             self._beat(HeartbeatPhase.RUNNING, force=True)

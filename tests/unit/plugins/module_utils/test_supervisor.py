@@ -537,17 +537,20 @@ def test_a_rank_ended_by_a_stop_is_the_stop_not_a_failure(gang, tmp_path):
     assert "stopped by the user" in ended[1]["stop_reason"] and "failed" not in ended[1]["stop_reason"], ended[1]
 
 
-@pytest.mark.parametrize("status, stopping, stop_reason, told", [
-    (9, False, None, "rank 3 (pid 41) ended with SIGKILL"),
-    (3 << 8, False, None, "rank 3 (pid 41) ended with exit code 3"),
-    (0, False, None, None),  # ended well
-    (None, False, None, None),  # its launcher reaped it first: the launcher's exit code says
-    (15, True, None, None),  # this node's stop (a peer's failure, a hang) ended it
-    (15, False, "stopped by SIGTERM", None),  # a stop asked of this node, before its stop began
+@pytest.mark.parametrize("status, stopping, stop_reason, launcher, told", [
+    (9, False, None, "torchrun", "rank 3 (pid 41) ended with SIGKILL"),
+    (3 << 8, False, None, "deepspeed", "rank 3 (pid 41) ended with exit code 3"),
+    (0, False, None, "torchrun", None),  # ended well
+    (None, False, None, "torchrun", None),  # its launcher reaped it first: the launcher's exit code says
+    (15, True, None, "torchrun", None),  # this node's stop (a peer's failure, a hang) ended it
+    (15, False, "stopped by SIGTERM", "torchrun", None),  # a stop asked of this node, before its stop began
+    # node 0's mpirun owns every rank and reports which failed (the cluster test of a failing mpirun rank)
+    (3 << 8, False, None, "mpirun", None),
 ])
-def test_only_a_rank_failing_on_its_own_is_told_to_the_other_nodes(status, stopping, stop_reason, told):
+def test_only_a_rank_failing_on_its_own_is_told_to_the_other_nodes(status, stopping, stop_reason, launcher, told):
     beats = []
     node = types.SimpleNamespace(events=Events({}), stopping=stopping, stop_reason=stop_reason, telling=None,
+                                 spec={"launcher": launcher},
                                  gang=types.SimpleNamespace(peers=lambda: [1]),
                                  _beat=lambda phase, force=False: beats.append((phase, force)))
     Supervisor._rank_ended(node, 41, 3, 0, status)
