@@ -62,10 +62,15 @@ def proc_start_ticks(pid: int) -> int | None:
     return None if raw is None else start_ticks_of(raw)
 
 
+def stat_fields(raw: bytes | None) -> list[bytes]:
+    """A /proc/PID/stat line's fields from the third (state) on; none for no line. The command name (field 2) may
+    hold spaces and parentheses: split after the last ')'."""
+    return raw[raw.rfind(b")") + 2:].split() if raw else []
+
+
 def start_ticks_of(raw: bytes) -> int | None:
     """The start time in a /proc/PID/stat line, or None for a zombie or no line."""
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = raw[raw.rfind(b")") + 2:].split()
+    fields = stat_fields(raw)
     if len(fields) < 20 or fields[0] == b"Z":
         return None  # a zombie has exited already
     return int(fields[19])
@@ -75,8 +80,7 @@ def zombie_wait_status(pid: int) -> int | None:
     """The wait status (as waitpid(2) gives it) of process pid, which has exited but which its parent has not reaped
     yet (field 52 of /proc/PID/stat, Linux 3.5+: a pidfd is readable from that moment); None while it runs, once it
     is reaped, or unreadable. It lets the supervisor read how a rank ended though the rank is the launcher's child."""
-    raw = _proc_stat(pid)
-    fields = raw[raw.rfind(b")") + 2:].split() if raw else []
+    fields = stat_fields(_proc_stat(pid))
     if len(fields) < 50 or fields[0] != b"Z":
         return None
     return int(fields[49])
@@ -150,8 +154,7 @@ def proc_is_rank(pid: int) -> bool:
 
 def parent_pid(pid: int) -> int | None:
     """The parent's PID (field 4 of /proc/PID/stat), or None when the process is gone."""
-    raw = _proc_stat(pid) or b""
-    fields = raw[raw.rfind(b")") + 2:].split()
+    fields = stat_fields(_proc_stat(pid))
     return int(fields[1]) if len(fields) > 1 else None
 
 
