@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables
 
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
-	bench-gang-stop bench-spare bench-scale bench-provision collection clean docs
+	bench-gang-stop bench-launcher-exit bench-spare bench-scale bench-provision collection clean docs
 
 $(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/install-system-packages.sh python3-venv
@@ -91,6 +91,10 @@ bench: venv
 # Fault -> nothing left on any node, median of 3 runs of each of five faults on the 3-node container cluster.
 bench-gang-stop: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/gang_stop.py
+
+# torchrun's end on one node (a rank killed; a stop): python -m against the job folder's launcher_entry.py.
+bench-launcher-exit: venv
+	$(BIN)/python bench/launcher_exit.py $(BENCH_ARGS)
 
 # A node's container stopped -> every rank of the restart on the spare past init_process_group, median of 3.
 bench-spare: venv system-packages

@@ -123,7 +123,7 @@ cmd:
   returned: always
   type: list
   elements: str
-  sample: ["/opt/venvs/train/bin/python", "-m", "torch.distributed.run", "--nnodes=2", "--node-rank=1"]
+  sample: ["/opt/venvs/train/bin/python", "/home/ml/.gpufleet/jobs/llama-ft/launcher_entry.py", "torch.distributed.run", "--nnodes=2", "--node-rank=1"]
 state:
   description: The job's state on this node after the call (C(running); C(queued) with O(scheduler=slurm); C(absent) in check mode).
   returned: always

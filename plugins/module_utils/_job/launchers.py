@@ -35,6 +35,9 @@ LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 HOSTFILE = "hostfile"
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "ranks.json"
+# torchrun's entry point in the job folder: run as `python -m` would, without the interpreter's teardown at its end
+# (module_utils/_runtime/launcher_entry.py says why).
+LAUNCHER_ENTRY = "launcher_entry.py"
 
 
 def nodes_of(spec) -> list[tuple[str, str, int]]:
@@ -114,9 +117,11 @@ def torchrun_options(nnodes: object, node_rank: object, nproc_per_node: object, 
     ] + (["--log-dir=%s" % log_dir, "--tee=3"] if log_dir else []) + ["--max-restarts=0"]
 
 
-def torchrun_command(spec, log_dir: str | None = None) -> list[str]:
-    """The command this node runs: torchrun (as ``python -m torch.distributed.run``) with torchrun_options."""
-    return [spec.python, "-m", "torch.distributed.run",
+def torchrun_command(spec, log_dir: str | None = None, entry: str | None = None) -> list[str]:
+    """The command this node runs: torchrun (as ``python -m torch.distributed.run``, or through entry, the job
+    folder's LAUNCHER_ENTRY, with the same arguments) with torchrun_options."""
+    start = [entry, "torch.distributed.run"] if entry else ["-m", "torch.distributed.run"]
+    return [spec.python, *start,
             *torchrun_options(spec.nnodes, spec.node_rank, spec.nproc_per_node, spec.master_addr, spec.master_port,
                               log_dir),
             spec.script, *spec.script_args]
@@ -167,7 +172,7 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
     script = [spec.script] + list(spec.script_args)
     world = sum(count for _h, _a, count in nodes_of(spec))
     if spec.launcher == "torchrun":
-        parts = torchrun_command(spec, os.path.join(job_dir, "torchelastic"))
+        parts = torchrun_command(spec, os.path.join(job_dir, "torchelastic"), os.path.join(job_dir, LAUNCHER_ENTRY))
         fixed = {"--master-port=%d" % spec.master_port: "--master-port=@MASTER_PORT@"}
         if spec.spares:  # a spare may take a node's rank, node 0's address may change: the attempt says (spares.py)
             fixed.update({"--node-rank=%d" % spec.node_rank: "--node-rank=@NODE_RANK@",

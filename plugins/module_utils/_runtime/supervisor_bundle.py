@@ -11,6 +11,9 @@ them removed, so that the node runs it with its own python3 and nothing of the c
 (``python3 supervisor.py JOB_DIR``). No two parts define one top-level name (a unit test checks): in the one file,
 the later would replace the earlier. One file rather than a zipapp: a person reading a job folder finds the code
 that runs it in plain text. This module itself is not a part: it runs where the launch module runs.
+
+The runtime's other shipped file is ``launcher_entry.py`` (entry_source): run by the job's Python, not the
+supervisor's, as the launcher's entry point, it imports nothing of this folder.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import importlib
 import inspect
 from types import ModuleType
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import launcher_entry, supervisor
 
 RUNTIME = "ansible_collections.gpufleet.cluster.plugins.module_utils._runtime"
 _OWN_PACKAGE = "ansible_collections."
@@ -71,3 +74,8 @@ def shipped_source() -> str:
         kept = [line for number, line in enumerate(source.splitlines(), 1) if number not in dropped]
         chunks.append("# ---- gpufleet %s ----\n%s" % (module.__name__.rsplit(".", 1)[-1], "\n".join(kept)))
     return "\n\n\n".join(chunks) + "\n"
+
+
+def entry_source() -> str:
+    """launcher_entry.py as the job folder holds it: the module's own source, unchanged."""
+    return inspect.getsource(launcher_entry)

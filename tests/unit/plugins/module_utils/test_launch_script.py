@@ -57,7 +57,9 @@ def test_arguments_and_env_survive_quoting(fake_python, tmp_path):
     workdir.mkdir()
     job_spec = spec(fake_python, workdir)
     seen = run_rendered(job_spec, tmp_path)
-    assert seen["argv"] == torchrun_command(job_spec, str(tmp_path / "torchelastic"))[1:]
+    assert seen["argv"] == torchrun_command(job_spec, str(tmp_path / "torchelastic"),
+                                            str(tmp_path / "launcher_entry.py"))[1:]
+    assert seen["argv"][:2] == [str(tmp_path / "launcher_entry.py"), "torch.distributed.run"]
     assert seen["argv"][-len(NASTY):] == NASTY
     assert seen["env"]["QUOTED"] == "a 'b' \"c\" $d"
     assert seen["env"]["EMPTY"] == ""

@@ -42,6 +42,11 @@ def test_the_runtime_imports_nothing_outside_itself_and_the_standard_library():
 
 
 def test_every_runtime_file_is_shipped_and_nothing_else_is():
-    shipped = [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()]
+    """In the supervisor's one file, or as the launcher's entry point, a file of its own (which imports nothing of
+    this folder: it runs with the job's Python)."""
+    shipped = [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()] + ["launcher_entry"]
     assert sorted(shipped) == [name for name in runtime_files() if name != "supervisor_bundle"]
+    assert "launcher_entry" not in [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()]
+    assert outside_imports(supervisor_bundle.entry_source()) == []
+    assert "module_utils._runtime" not in supervisor_bundle.entry_source()
     assert all(part.__name__.startswith(RUNTIME + ".") for part in supervisor_bundle.parts())
