@@ -63,15 +63,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def once(folder: str, way: str, case: str) -> dict[str, float]:
+def once(folder: str, way: str, case: str, run: int) -> dict[str, float]:
     port = pick_free_ports(1)[0]
-    ready = os.path.join(folder, "ready%d" % port)
+    ready = os.path.join(folder, "ready-%d-%s-%s" % (run, way[:6], case[:4]))  # each run's own ranks' marks
     start = ["-m"] if way == "python -m" else [os.path.join(folder, "launcher_entry.py")]
     with open(os.path.join(folder, "torchrun.out"), "ab") as out:
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
             [sys.executable, *start, "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
              "--master-addr=127.0.0.1", "--master-port=%d" % port, "--rdzv-backend=static", "--max-restarts=0",
-             "--log-dir=%s" % os.path.join(folder, "logs%d" % port), "--tee=3", os.path.join(folder, "rank.py")],
+             "--log-dir=%s" % os.path.join(folder, "logs", os.path.basename(ready)), "--tee=3", os.path.join(folder, "rank.py")],
             cwd=folder, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, READY=ready, OMP_NUM_THREADS="1"))
     deadline = time.monotonic() + 120
     while len(glob.glob(ready + ".*")) < 2:
@@ -107,7 +107,7 @@ def main() -> int:
         for run in range(args.runs):
             for case in cases:
                 for way in ways:
-                    got = once(folder, way, case)
+                    got = once(folder, way, case, run)
                     measured[case][way].append(got)
                     print("run %d  %-12s %-18s cpu %.2f s  exit %.2f s" % (run + 1, case, way, got["cpu_s"],
                                                                             got["exit_s"]), flush=True)
