@@ -11,7 +11,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_plan
@@ -35,6 +35,7 @@ class ActionModule(ActionBase):
         gpus: dict[str, Any] = {}
         acknowledged: dict[str, Any] = {}
         xid_check: dict[str, Any] = {}
+        ib_rate: dict[str, Any] = {}
         for host in list(plan["hosts"]) + list(plan.get("spare_hosts") or []):
             found = hostvars[host]
             probe = given.get(host)
@@ -47,9 +48,11 @@ class ActionModule(ActionBase):
             gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
             acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
             xid_check[host] = self._templar.template(found.get(gpu_gate.XID_CHECK_VARIABLE, False))
+            ib_rate[host] = self._templar.template(found.get(port_health.RATE_VARIABLE))
         settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),
                                           gpus=gpus, acknowledged=acknowledged,
-                                          allow_busy=bool(args["allow_busy_gpus"]), xid_check_required=xid_check)
+                                          allow_busy=bool(args["allow_busy_gpus"]), xid_check_required=xid_check,
+                                          ib_rate=ib_rate)
         decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
         result.update(changed=False, decided=decided.as_dict())
         return result

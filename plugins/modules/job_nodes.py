@@ -133,7 +133,8 @@ decided:
         or null when not under Slurm.
       type: dict
     gpu_warnings:
-      description: The GPU health gate's warnings (a narrow PCIe link, clocks held down), by host.
+      description: The health gate's warnings (a narrow PCIe link, clocks held down; a network port trained at a lower
+        rate, an error counter that rose), by host.
       type: dict
     no_gpu:
       description: The hosts with no GPU to check (no nvidia-smi and none on the PCI bus).

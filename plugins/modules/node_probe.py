@@ -46,6 +46,12 @@ options:
     description: How old a remembered pass of the port check may be for O(port_nodes) to prefer its port; 0 prefers none.
     type: float
     default: 0
+  record_ib_counters:
+    description:
+      - Remember the InfiniBand/RoCE ports' error counters of this reading in the jobs folder (C(.ib-counters.json)),
+        for the next probe to compare (C(before) of RV(ib_ports)). The role sets it except in check mode.
+    type: bool
+    default: false
   check_port:
     description: Report in RV(port_in_use) whether this TCP port is taken.
     type: int
@@ -180,6 +186,24 @@ container:
   returned: always
   type: dict
   sample: {"engine": "podman", "path": "/usr/bin/podman", "image": "localhost/train:1", "image_id": "4c0f...", "error": ""}
+ib_ports:
+  description:
+    - The node's InfiniBand/RoCE ports for the gate (plugin_utils/_control/port_health.py) - C(hcas) (each HCA's C(name),
+      C(netdevs) and C(ports), each port's C(state), C(phys_state), C(link_layer), C(rate) as the kernel writes them,
+      C(link) (the rate parsed - C(rate_gbps), C(width), C(speed)) and C(errors) (the error counters; null where the
+      device answers no performance query)), C(ib_hca) (NCCL_IB_HCA as O(env_files) set it; null where none does) and
+      C(before) (the counters the last probe remembered, with their time C(at); null where none).
+  returned: always
+  type: dict
+  sample:
+    hcas:
+      - name: mlx5_0
+        netdevs: [ib0]
+        ports:
+          - {port: 1, state: "4: ACTIVE", phys_state: "5: LinkUp", link_layer: InfiniBand, rate: 200 Gb/sec (4X HDR),
+             link: {rate_gbps: 200.0, width: 4, speed: HDR}, errors: {symbol_error: 0, link_downed: 0}}
+    ib_hca: "=mlx5_0:1"
+    before: null
 port_in_use:
   description: Whether O(check_port) is taken.
   returned: when O(check_port) is given
@@ -189,7 +213,7 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, port_memory
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import ib_counters, jobs, port_memory
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports, gpu_health, runtimes
 
@@ -207,6 +231,18 @@ def pick_ports(params: dict, memory: dict) -> dict:
         taken = {picked.get("free_port"), params["check_port"]}
         picked["free_ports"] = free_ports.pick_free_ports(params["extra_ports"], exclude=taken)
     return picked
+
+
+def ib_ports(params: dict) -> dict:
+    """The InfiniBand/RoCE ports for the gate (plugin_utils/_control/port_health.py): every HCA port, NCCL_IB_HCA as the
+    environment files set it, and the error counters remembered from the last probe, which this one's replace
+    (record_ib_counters; not in check mode). A node without InfiniBand gives an empty list."""
+    hcas = netinfo.infiniband(params["sys_root"])
+    found = {"hcas": hcas, "ib_hca": node.env_file_value(params["env_files"], "NCCL_IB_HCA"),
+             "before": ib_counters.read(params["jobs_dir"]) if hcas else None}
+    if hcas and params["record_ib_counters"]:
+        ib_counters.write(params["jobs_dir"], hcas)
+    return found
 
 
 def main() -> None:
@@ -228,6 +264,7 @@ def main() -> None:
             "sys_root": {"type": "path", "default": "/sys"},
             "port_nodes": {"type": "list", "elements": "list", "default": []},
             "port_check_ttl_s": {"type": "float", "default": 0.0},
+            "record_ib_counters": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -253,6 +290,7 @@ def main() -> None:
     result["container"] = runtime.probe(params["container_engine"], params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
+    result["ib_ports"] = ib_ports(params)
     # What the port check remembers here (port_memory.py): the controller trusts a pass that every node remembers.
     result["port_memory"] = port_memory.read(params["jobs_dir"])
     try:

@@ -43,6 +43,17 @@ def _port_taken(cluster):
     return lambda: cluster.node_exec("node0", "sh", "-c", "kill $(cat /tmp/bad-input-listener.pid)")
 
 
+IB_PORT = "/fake-sys/class/infiniband/mlx5_0/ports/1"  # node1's HCA (testbed.FAKE_SYS), which its NCCL_IB_HCA names
+
+
+def _ib_port_down(cluster):
+    """node1's InfiniBand port down, as the kernel says it when the cable is out; up again afterwards."""
+    cluster.node_exec("node1", "sh", "-c", "echo '1: DOWN' > %s/state; echo '2: Polling' > %s/phys_state"
+                      % (IB_PORT, IB_PORT), check=True)
+    return lambda: cluster.node_exec("node1", "sh", "-c", "echo '4: ACTIVE' > %s/state; echo '5: LinkUp' > "
+                                     "%s/phys_state" % (IB_PORT, IB_PORT), check=True)
+
+
 # (name, playbook, arguments, inventory hosts or None, setup or None, what the message must say)
 CASES = [
     ("missing script", "train.yml", ["-e", "script=/no/such/train.py"], None, None,
@@ -63,6 +74,8 @@ CASES = [
      "node0: gpufleet_cluster_address='no-such-host.invalid' does not resolve to an IP address"),
     ("nproc_per_node above the GPU count", "train.yml", SCRIPT + ["-e", "nproc_per_node=2"], None, _fake_gpu,
      "node0: nproc_per_node=2 is more than the 1 GPUs nvidia-smi lists on the node"),
+    ("an InfiniBand port in use is down", "train.yml", SCRIPT, None, _ib_port_down,
+     "node1 mlx5_0 port 1: the link is not up (its state is 1: DOWN, its physical state 2: Polling)"),
     ("master port in use", "train.yml", SCRIPT + ["-e", "master_port=29433"], None, _port_taken,
      "node0: master_port=29433 is already in use on the master node"),
     ("env name not an identifier", "train.yml", SCRIPT + ["-e", '{"gpufleet_env": {"1BAD": "x"}}'], None, None,

@@ -100,9 +100,12 @@ SSH_PORTS = {2: 2222}
 FAKE_SYS_ROOT = "/fake-sys"
 _FAKE_PCI = ('d={root}/bus/pci/devices/{address}; mkdir -p $d; echo 0x10de > $d/vendor; echo {klass} > $d/class; '
              'echo {device} > $d/device\n')
+# The HCA's port files in the kernel's formats (tests/fixtures/sysfs_infiniband/README.md names them).
 _FAKE_HCA = ("p={root}/class/infiniband/mlx5_0/ports/1; mkdir -p $p/counters {root}/class/infiniband/mlx5_0/device/net/ib0"
-             "; echo '4: ACTIVE' > $p/state; echo InfiniBand > $p/link_layer; echo 0 > $p/counters/port_xmit_data"
-             "; echo 0 > $p/counters/port_rcv_data\n")
+             "; echo '4: ACTIVE' > $p/state; echo '5: LinkUp' > $p/phys_state; echo '200 Gb/sec (4X HDR)' > $p/rate"
+             "; echo InfiniBand > $p/link_layer; for c in port_xmit_data port_rcv_data symbol_error link_error_recovery"
+             " link_downed port_rcv_errors local_link_integrity_errors excessive_buffer_overrun_errors; do"
+             " echo 0 > $p/counters/$c; done\n")
 FAKE_SYS = {
     1: _FAKE_HCA.format(root=FAKE_SYS_ROOT),
     2: (_FAKE_PCI.format(root=FAKE_SYS_ROOT, address="0000:18:00.0", klass="0x030200", device="0x2330")

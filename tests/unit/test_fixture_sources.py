@@ -22,7 +22,7 @@ import standin_repo  # noqa: E402  (tests/cluster, the stand-in packages)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health  # noqa: E402
 
 # The folders that hold an outside tool's output (the others hold gpufleet's own inputs or CRD schemas).
-TOOL_CORPORA = ("dcgm", "journalctl", "kmsg", "nvidia_smi")
+TOOL_CORPORA = ("dcgm", "journalctl", "kmsg", "nvidia_smi", "sysfs_infiniband")
 
 
 @pytest.mark.parametrize("tool", TOOL_CORPORA)

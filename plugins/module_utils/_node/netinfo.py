@@ -11,6 +11,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -75,25 +76,58 @@ def interface_of(address: str, addresses: dict[str, list[str]]) -> str | None:
     return None
 
 
+# The port's error counters worth watching (the PortCounters the kernel shows under ports/N/counters; what each
+# means: the InfiniBand Architecture Specification, vol. 1, 16.1.3.5, as NHC and gpud read them too). Each reads
+# "%u", or "N/A (no PMA)" where the device answers no performance query (drivers/infiniband/core/sysfs.c,
+# show_pma_counter): that is None here, as a missing file is.
+ERROR_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+                  "local_link_integrity_errors", "excessive_buffer_overrun_errors")
+# ports/N/rate as the kernel writes it (sysfs.c, rate_show): "%d%s Gb/sec (%dX%s)", the rate in Gb/sec (".5" for
+# half), the active width and the speed's name (" EDR", " HDR", " NDR"...; none for SDR): "200 Gb/sec (4X HDR)".
+RATE_RE = re.compile(r"^(\d+(?:\.5)?) Gb/sec \((\d+)X ?([A-Z0-9]*)\)$")
+
+
+def parse_rate(text: str) -> dict | None:
+    """ports/N/rate as rate_gbps, width and speed ('' for SDR); None for anything else (a driver's own text)."""
+    match = RATE_RE.match(text.strip())
+    if match is None:
+        return None
+    return {"rate_gbps": float(match.group(1)), "width": int(match.group(2)), "speed": match.group(3)}
+
+
+def _counter(path: str) -> int | None:
+    text = sysfs.value(path)
+    return int(text) if text.isdigit() else None
+
+
+def _port(port_dir: str, port: str) -> dict:
+    """One port of an HCA: its states as the kernel says them ("4: ACTIVE", "5: LinkUp"), its rate, parsed, and its
+    counters."""
+    counters = os.path.join(port_dir, "counters")
+    rate = sysfs.value(os.path.join(port_dir, "rate"))
+    return {
+        "port": int(port),
+        "state": sysfs.value(os.path.join(port_dir, "state")),
+        "phys_state": sysfs.value(os.path.join(port_dir, "phys_state")),
+        "link_layer": sysfs.value(os.path.join(port_dir, "link_layer")),
+        "rate": rate,
+        "link": parse_rate(rate),
+        # In units of 4 bytes (octets / 4), as the IB specification counts them.
+        "xmit_data": int(sysfs.value(os.path.join(counters, "port_xmit_data")) or 0),
+        "rcv_data": int(sysfs.value(os.path.join(counters, "port_rcv_data")) or 0),
+        "errors": {name: _counter(os.path.join(counters, name)) for name in ERROR_COUNTERS},
+    }
+
+
 def infiniband(sys_root: str = "/sys") -> list[dict]:
-    """The HCAs in /sys/class/infiniband with their ports' state and link layer and their net devices."""
+    """The HCAs in /sys/class/infiniband with their ports (state, physical state, link layer, rate, traffic and error
+    counters) and their net devices: the one reader of that tree."""
     base = os.path.join(sys_root, "class", "infiniband")
     hcas = []
     for name in sysfs.entries(base):
-        ports = []
         ports_dir = os.path.join(base, name, "ports")
-        for port in sysfs.entries(ports_dir):
-            counters = os.path.join(ports_dir, port, "counters")
-            ports.append({
-                "port": int(port),
-                "state": sysfs.value(os.path.join(ports_dir, port, "state")),
-                "link_layer": sysfs.value(os.path.join(ports_dir, port, "link_layer")),
-                # In units of 4 bytes (octets / 4), as the IB specification counts them.
-                "xmit_data": int(sysfs.value(os.path.join(counters, "port_xmit_data")) or 0),
-                "rcv_data": int(sysfs.value(os.path.join(counters, "port_rcv_data")) or 0),
-            })
-        net_dir = os.path.join(base, name, "device", "net")
-        netdevs = sysfs.entries(net_dir)
+        ports = [_port(os.path.join(ports_dir, port), port) for port in sysfs.entries(ports_dir) if port.isdigit()]
+        netdevs = sysfs.entries(os.path.join(base, name, "device", "net"))
         hcas.append({"name": name, "ports": ports, "netdevs": netdevs})
     return hcas
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable
@@ -81,3 +82,23 @@ def env_file_names(paths: Iterable[str]) -> list[str]:
         except OSError:
             continue
     return sorted(names)
+
+
+def env_file_value(paths: Iterable[str], name: str) -> str | None:
+    """The value the last readable assignment of name in these shell environment files gives it, in the order the
+    launch script sources them (the later file's wins); None where none assigns it."""
+    found = None
+    for path in paths:
+        try:
+            with open(os.path.expanduser(path), errors="replace") as handle:
+                for line in handle:
+                    match = _ENV_ASSIGNMENT.match(line)
+                    if match and match.group(1) == name:
+                        try:
+                            words = shlex.split(line[match.end():], comments=True)
+                        except ValueError:
+                            continue
+                        found = words[0] if words else ""
+        except OSError:
+            continue
+    return found

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import runtimes, schedulers
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import ports, slurm_batch
 
@@ -38,6 +38,8 @@ class NodeSettings:
     acknowledged: Mapping[str, Any] = field(default_factory=dict)
     allow_busy: bool = False
     xid_check_required: Mapping[str, Any] = field(default_factory=dict)
+    # Each host's gpufleet_ib_rate_gbps (port_health.py), where set.
+    ib_rate: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,12 +142,18 @@ def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str
 
 def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None
                  ) -> list[gpu_gate.Finding]:
-    """The GPU health gate's findings on the node (plugin_utils/_control/gpu_gate.py), judged against its settings and the
-    ranks it runs (the GPUs its job takes). A bad acknowledgement time is refused as the node's finding."""
-    return gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
-                          used=nproc, allow_busy=settings.allow_busy,
-                          job_running=bool((probe.get("job") or {}).get("running")),
-                          xid_check_required=settings.xid_check_required.get(host, False))
+    """The health gate's findings on the node: its GPUs' (plugin_utils/_control/gpu_gate.py), judged against its settings
+    and the ranks it runs (the GPUs its job takes), then its network ports' (port_health.py). A bad acknowledgement
+    time or gpufleet_ib_rate_gbps is refused as the node's finding."""
+    found = gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
+                           used=nproc, allow_busy=settings.allow_busy,
+                           job_running=bool((probe.get("job") or {}).get("running")),
+                           xid_check_required=settings.xid_check_required.get(host, False))
+    try:
+        rate = port_health.rate_setting(host, settings.ib_rate.get(host))
+    except ValueError as exc:
+        return found + [gpu_gate.Finding(True, "", str(exc).split(": ", 1)[1], "correct it in the inventory")]
+    return found + port_health.findings(probe.get("ib_ports") or {}, rate)
 
 
 @dataclass
