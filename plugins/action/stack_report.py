@@ -36,9 +36,9 @@ class ActionModule(ActionBase):
         if dcgm:
             shown += "\n\nDCGM diagnostic, per GPU\n%s" % dcgm_table
         findings = verify.health_findings(results, dict(args["expected_gpus"] or {}), dict(args["acknowledged"] or {}),
-                                          dict(args.get("xid_check_required") or {}))
+                                          dict(args.get("xid_check_required") or {}), dict(args.get("ib_rate") or {}))
         health = verify.health_table(findings, results)
-        shown += "\n\nGPU health (what train.yml's gate would refuse or warn of)\n%s" % health
+        shown += "\n\nGPU and network port health (what train.yml's gate would refuse or warn of)\n%s" % health
         display.display(shown)
         problems = verify.stack_problems(results, dict(args["expected_gpus"] or {}))
         problems += verify.services_problems(results)

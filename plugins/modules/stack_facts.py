@@ -37,6 +37,11 @@ options:
     description: Where the kernel's messages are read for XIDs (C(/dev/kmsg), or a file in its format).
     type: path
     default: /dev/kmsg
+  env_files:
+    description: The environment files the launch sources, where NCCL_IB_HCA (the network ports NCCL takes) is read.
+    type: list
+    elements: path
+    default: [/etc/gpufleet/nccl.env]
   driver_packages:
     description: The driver packages whose installed version Fabric Manager's must equal (the first found).
     type: list
@@ -120,6 +125,12 @@ gpudirect_rdma:
   returned: always
   type: str
   sample: DMA-BUF
+ib_ports:
+  description:
+    - The InfiniBand/RoCE ports for the health gate's network half, as M(gpufleet.cluster.node_probe) returns them
+      (C(hcas), C(ib_hca)); C(before) is null (verify.yml keeps no reading).
+  returned: always
+  type: dict
 """
 
 import platform
@@ -138,10 +149,12 @@ def main() -> None:
                        "driver_packages": {"type": "list", "elements": "str", "default": []},
                        "fabricmanager_packages": {"type": "list", "elements": "str",
                                                   "default": ["nvidia-fabricmanager", "nvidia-fabric-manager"]},
-                       "kernel_log": {"type": "path", "default": gpu_health.KMSG}},
+                       "kernel_log": {"type": "path", "default": gpu_health.KMSG},
+                       "env_files": {"type": "list", "elements": "path", "default": ["/etc/gpufleet/nccl.env"]}},
         supports_check_mode=True,
     )
     sys_root = module.params["sys_root"]
+    hcas = netinfo.infiniband(sys_root)
     peermem = nvidia_node.module_loaded("nvidia-peermem", sys_root)
     health = nvidia_node.gpu_health_with_pci(module.params["kernel_log"], sys_root)
     gpus = nvidia_node.gpu_summary(health)  # the same nvidia-smi read, not a second one
@@ -163,8 +176,9 @@ def main() -> None:
         fabricmanager_needed=health["fabric_switches"] > 0,
         persistence_mode=nvidia_node.persistence_mode(),
         peermem=peermem,
-        gpudirect_rdma=nvidia_node.gpudirect_rdma(bool(netinfo.infiniband(sys_root)), peermem,
+        gpudirect_rdma=nvidia_node.gpudirect_rdma(bool(hcas), peermem,
                                                   nvidia_node.open_modules_loaded(sys_root), platform.release()),
+        ib_ports={"hcas": hcas, "ib_hca": node.env_file_value(module.params["env_files"], "NCCL_IB_HCA"), "before": None},
     )
 
 

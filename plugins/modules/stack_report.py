@@ -48,6 +48,9 @@ options:
   xid_check_required:
     description: Node name to its C(gpufleet_xid_check_required) (a kernel log that cannot be read fails the node).
     type: dict
+  ib_rate:
+    description: Node name to its C(gpufleet_ib_rate_gbps) (the rate its network ports in use should run at; a port below it is warned of).
+    type: dict
 """
 
 EXAMPLES = r"""

@@ -128,7 +128,7 @@ def test_verify_shows_the_gpu_health_table_and_fails_on_what_the_gate_refuses(cl
     assert run.rc != 0
     text = " ".join(run.out.split())
     assert "node1 GPU 0 (0000:18:00.0): a row remap is pending; reset the GPU" in text, text[-3000:]
-    table = run.out.split("GPU health (what train.yml's gate would refuse or warn of)", 1)[1].splitlines()
+    table = run.out.split("GPU and network port health (what train.yml's gate would refuse or warn of)", 1)[1].splitlines()
     rows = [line.split(None, 6) for line in table[3:8] if line.strip()]
     assert ["node0", "-", "ok", "no", "GPU"] in rows, table[:8]
     assert any(row[:6] == ["node1", "GPU", "0", "(0000:18:00.0)", "refuse", "a"] for row in rows), table[:8]

@@ -11,7 +11,8 @@ and the error counters the node remembers from the last launch's probe (module_u
 
 - A port in use whose state is not ACTIVE or whose physical state is not LinkUp refuses: NCCL would fail on it, or
   hang until its timeout. The kernel writes them as "4: ACTIVE" and "5: LinkUp" (drivers/infiniband/core/sysfs.c,
-  state_show and phys_state_show); the number is what is compared.
+  state_show and phys_state_show); the number is what is compared. A port NCCL_IB_HCA names that the node does not
+  have warns: NCCL leaves it out.
 - A port trained at a lower rate than the node's other ports in use of its link layer, or than
   gpufleet_ib_rate_gbps where the inventory sets it, warns: a link with failed lanes trains at a lower width (a 4X
   link at 1X), a bad cable or transceiver at a lower speed (NHC's check_hw_ib compares the rate the same way).
@@ -142,13 +143,16 @@ def _rising(hca: str, port: Mapping[str, Any], before: Mapping[str, Any] | None)
 
 
 def findings(ib_ports: Mapping[str, Any], expected_gbps: Any = None) -> list[Finding]:
-    """What the node's ports in use mean for a launch: refusals (a port down; a port NCCL_IB_HCA names that the node
-    does not have) and warnings (a degraded rate, error counters that rose since the last reading). expected_gbps is
+    """What the node's ports in use mean for a launch: refusals (a port down) and warnings (a port NCCL_IB_HCA names
+    that the node does not have, a degraded rate, error counters that rose since the last reading). expected_gbps is
     gpufleet_ib_rate_gbps (None where unset); a value that is not a number is refused by the caller."""
     hcas = list(ib_ports.get("hcas") or [])
     ib_hca = ib_ports.get("ib_hca") or None
     used, missing = ports_in_use(hcas, ib_hca)
-    found = [Finding(True, entry, "NCCL_IB_HCA=%s names it, and the node has no such port" % ib_hca,
+    # NCCL does not fail on a name it does not find: it leaves it out ("NET/IB : No device found" where none is left,
+    # then TCP sockets), so the job runs, slower: a warning.
+    found = [Finding(False, entry, "NCCL_IB_HCA=%s names it, and the node has no such port: NCCL leaves it out, and "
+                     "falls back to TCP sockets where no port is left" % ib_hca,
                      "correct NCCL_IB_HCA (nccl_env_ib_hca), or run provision.yml --tags nccl_env to have the ports "
                      "that are up found") for entry in missing]
     up = [(hca, port) for hca, port in used if _down(hca, port, ib_hca) is None]

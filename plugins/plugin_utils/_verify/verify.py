@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia_packaging import upstream_version
 
@@ -61,14 +61,24 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
 
 
 def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any],
-                    acknowledged: Mapping[str, Any], xid_check_required: Mapping[str, Any] | None = None
-                    ) -> dict[str, list[gpu_gate.Finding]]:
-    """The GPU health gate's findings on each node (plugin_utils/_control/gpu_gate.py, as train.yml's preflight judges them,
-    with every GPU counted as one a job takes); a bad acknowledgement time is the node's finding."""
-    required = xid_check_required or {}
-    return {host: gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host),
-                                 xid_check_required=required.get(host, False))
-            for host, facts in results.items()}
+                    acknowledged: Mapping[str, Any], xid_check_required: Mapping[str, Any] | None = None,
+                    ib_rate: Mapping[str, Any] | None = None) -> dict[str, list[gpu_gate.Finding]]:
+    """The health gate's findings on each node, as train.yml's preflight judges them: its GPUs'
+    (plugin_utils/_control/gpu_gate.py, with every GPU counted as one a job takes), then its network ports'
+    (port_health.py, without a reading to compare the error counters with); a bad acknowledgement time or
+    gpufleet_ib_rate_gbps is the node's finding."""
+    required, rates = xid_check_required or {}, ib_rate or {}
+    found = {}
+    for host, facts in results.items():
+        found[host] = gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host),
+                                     xid_check_required=required.get(host, False))
+        try:
+            rate = port_health.rate_setting(host, rates.get(host))
+        except ValueError as exc:
+            found[host].append(gpu_gate.Finding(True, "", str(exc).split(": ", 1)[1], "correct it in the inventory"))
+            continue
+        found[host] += port_health.findings(facts.get("ib_ports") or {}, rate)
+    return found
 
 
 def health_table(findings: Mapping[str, list[gpu_gate.Finding]], results: Mapping[str, Mapping[str, Any]]) -> str:
@@ -80,7 +90,7 @@ def health_table(findings: Mapping[str, list[gpu_gate.Finding]], results: Mappin
             rows.append([host, "-", "ok", "healthy (%d GPUs)" % len(health.get("gpus") or [])
                          if gpu_gate.has_gpus(health) else "no GPU"])
         rows += [[host, finding.gpu or "-", "refuse" if finding.refuse else "warn", finding.fact] for finding in found]
-    return _table(["node", "GPU", "verdict", "fact"], rows)
+    return _table(["node", "GPU or port", "verdict", "fact"], rows)
 
 
 SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "gpudirect_rdma")

@@ -117,7 +117,8 @@ TORCH_RANK = """
 import os, time
 import torch.distributed as dist
 dist.init_process_group("gloo")
-print("rank", os.environ["RANK"], "in", flush=True)
+os.write(1, ("rank %s in\\n" % os.environ["RANK"]).encode())  # one write: the two ranks' lines do not interleave
+dist.barrier()  # both have said so before rank 1 fails
 if os.environ["RANK"] == "1":
     os._exit(7)
 time.sleep(60)

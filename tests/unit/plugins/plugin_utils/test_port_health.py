@@ -118,10 +118,13 @@ def test_the_ports_nccl_ib_hca_names(tmp_path, ib_hca, used, missing):
     assert ["%s:%d" % (hca, port["port"]) for hca, port in taken] == used and absent == missing
 
 
-def test_a_port_nccl_ib_hca_names_that_the_node_does_not_have_refuses(tmp_path):
+def test_a_port_nccl_ib_hca_names_that_the_node_does_not_have_warns(tmp_path):
+    """NCCL leaves a name it does not find out (TCP sockets where no port is left): the job runs, slower."""
     found = said(port_health.findings(reading(tmp_path, "=mlx5_0:1,mlx5_7:1", only=("mlx5_0",))))
-    assert found[0][0] and found[0][1].startswith(
-        "gpu-b08 mlx5_7:1: NCCL_IB_HCA==mlx5_0:1,mlx5_7:1 names it, and the node has no such port")
+    assert found == [(False, "gpu-b08 mlx5_7:1: NCCL_IB_HCA==mlx5_0:1,mlx5_7:1 names it, and the node has no such port: "
+                             "NCCL leaves it out, and falls back to TCP sockets where no port is left; correct "
+                             "NCCL_IB_HCA (nccl_env_ib_hca), or run provision.yml --tags nccl_env to have the ports "
+                             "that are up found")]
 
 
 @pytest.mark.parametrize("value, error", [
@@ -171,3 +174,19 @@ def test_nccl_ib_hca_is_read_from_the_environment_files_the_launch_sources(tmp_p
     second.write_text("NCCL_IB_HCA=^mlx5_4  # the switch ports\n")
     assert node.env_file_value([str(first), str(second), str(tmp_path / "absent")], "NCCL_IB_HCA") == "^mlx5_4"
     assert node.env_file_value([str(first)], "NCCL_IB_GID_INDEX") is None
+
+
+def test_verify_judges_the_network_ports_as_the_launchs_gate_does(tmp_path):
+    """verify.yml's health table (stack_report): the port down refuses there too, named in its row and its problem;
+    the 1X port warns; a bad gpufleet_ib_rate_gbps is the node's refusal."""
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import verify
+
+    results = {"gpu-b08": {"gpu_health": {}, "ib_ports": reading(tmp_path, "=mlx5_0:1,mlx5_1:1,mlx5_2:1",
+                                                                 only=("mlx5_0", "mlx5_1", "mlx5_2"))}}
+    found = verify.health_findings(results, {}, {})
+    assert [(f.refuse, f.gpu) for f in found["gpu-b08"]] == [(False, "mlx5_1 port 1"), (True, "mlx5_2 port 1")]
+    rows = [line.split(None, 5) for line in verify.health_table(found, results).splitlines()[2:]]
+    assert [row[:5] for row in rows] == [["gpu-b08", "mlx5_1", "port", "1", "warn"],
+                                         ["gpu-b08", "mlx5_2", "port", "1", "refuse"]]
+    bad = verify.health_findings(results, {}, {}, ib_rate={"gpu-b08": "fast"})["gpu-b08"]
+    assert bad[-1].refuse and bad[-1].fact == "gpufleet_ib_rate_gbps='fast' is not a number of Gb/sec (e.g. 400 for NDR 4X)"

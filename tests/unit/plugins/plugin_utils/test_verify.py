@@ -147,7 +147,7 @@ def test_the_gpu_health_table_and_its_refusals():
     assert [line.split("  ")[0] for line in lines[2:]] == ["gpu01", "gpu02", "gpu02", "cpu01"]
     assert set(lines[1]) == {"-", " "}
     assert [" ".join(line.split()) for line in lines[:1] + lines[2:]] == [
-        "node GPU verdict fact",
+        "node GPU or port verdict fact",
         "gpu01 - ok healthy (2 GPUs)",
         "gpu02 GPU 0 (0000:18:00.0) refuse a row remap is pending",
         "gpu02 GPU 1 (0000:19:00.0) warn its PCIe link runs at x8, narrower than its x16",
