@@ -112,9 +112,9 @@ def _port(port_dir: str, port: str) -> dict:
         "link_layer": sysfs.value(os.path.join(port_dir, "link_layer")),
         "rate": rate,
         "link": parse_rate(rate),
-        # In units of 4 bytes (octets / 4), as the IB specification counts them.
-        "xmit_data": int(sysfs.value(os.path.join(counters, "port_xmit_data")) or 0),
-        "rcv_data": int(sysfs.value(os.path.join(counters, "port_rcv_data")) or 0),
+        # In units of 4 bytes (octets / 4), as the IB specification counts them; 0 where the device answers no query.
+        "xmit_data": _counter(os.path.join(counters, "port_xmit_data")) or 0,
+        "rcv_data": _counter(os.path.join(counters, "port_rcv_data")) or 0,
         "errors": {name: _counter(os.path.join(counters, name)) for name in ERROR_COUNTERS},
     }
 

@@ -50,6 +50,7 @@ def test_the_reader_reads_each_port_as_the_kernel_writes_it(tmp_path):
     assert hcas["mlx5_2"]["ports"][0]["link"] == {"rate_gbps": 10.0, "width": 4, "speed": ""}
     assert hcas["mlx5_3"]["ports"][0]["errors"]["symbol_error"] is None
     assert hcas["mlx5_3"]["ports"][0]["errors"]["port_rcv_errors"] is None  # no file at all
+    assert hcas["mlx5_3"]["ports"][0]["xmit_data"] == 0  # its traffic counters say so too: no traffic read
     assert netinfo.active_hcas(list(hcas.values())) == ["mlx5_0:1", "mlx5_1:1", "mlx5_3:1"]
 
 
