@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Any
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import write_json_atomic
 
 MEMORY_FILE = ".ib-counters.json"
 
@@ -47,7 +48,4 @@ def write(jobs_dir: str, hcas: list[dict], now: float | None = None) -> None:
         return
     path = memory_path(jobs_dir)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=MEMORY_FILE + ".")
-    with os.fdopen(handle, "w") as out:
-        json.dump({"at": round(time.time() if now is None else now, 3), "errors": errors}, out)
-    os.replace(temporary, path)
+    write_json_atomic(path, {"at": round(time.time() if now is None else now, 3), "errors": errors})

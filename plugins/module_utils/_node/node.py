@@ -15,7 +15,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 # Run by the training Python: finds torch, DeepSpeed and Horovod without importing them (seconds, not minutes),
 # and reads torch's version from its installed metadata.
@@ -72,33 +72,34 @@ def python_info(python: str, run: Callable[..., subprocess.CompletedProcess] = s
 _ENV_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
-def env_file_names(paths: Iterable[str]) -> list[str]:
-    """The variable names that the readable ones of these shell environment files assign, sorted."""
-    names: set[str] = set()
+def _assignments(paths: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Each assignment in the readable ones of these shell environment files, in order: its name and the rest of
+    its line after the '='."""
     for path in paths:
         try:
             with open(os.path.expanduser(path), errors="replace") as handle:
-                names.update(match.group(1) for match in map(_ENV_ASSIGNMENT.match, handle) if match)
+                for line in handle:
+                    match = _ENV_ASSIGNMENT.match(line)
+                    if match:
+                        yield match.group(1), line[match.end():]
         except OSError:
             continue
-    return sorted(names)
+
+
+def env_file_names(paths: Iterable[str]) -> list[str]:
+    """The variable names that the readable ones of these shell environment files assign, sorted."""
+    return sorted({name for name, _value in _assignments(paths)})
 
 
 def env_file_value(paths: Iterable[str], name: str) -> str | None:
     """The value the last readable assignment of name in these shell environment files gives it, in the order the
     launch script sources them (the later file's wins); None where none assigns it."""
     found = None
-    for path in paths:
-        try:
-            with open(os.path.expanduser(path), errors="replace") as handle:
-                for line in handle:
-                    match = _ENV_ASSIGNMENT.match(line)
-                    if match and match.group(1) == name:
-                        try:
-                            words = shlex.split(line[match.end():], comments=True)
-                        except ValueError:
-                            continue
-                        found = words[0] if words else ""
-        except OSError:
-            continue
+    for assigned, rest in _assignments(paths):
+        if assigned == name:
+            try:
+                words = shlex.split(rest, comments=True)
+            except ValueError:
+                continue
+            found = words[0] if words else ""
     return found

@@ -149,11 +149,7 @@ def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, np
                            used=nproc, allow_busy=settings.allow_busy,
                            job_running=bool((probe.get("job") or {}).get("running")),
                            xid_check_required=settings.xid_check_required.get(host, False))
-    try:
-        rate = port_health.rate_setting(host, settings.ib_rate.get(host))
-    except ValueError as exc:
-        return found + [gpu_gate.Finding(True, "", str(exc).split(": ", 1)[1], "correct it in the inventory")]
-    return found + port_health.findings(probe.get("ib_ports") or {}, rate)
+    return found + port_health.node_findings(probe.get("ib_ports") or {}, settings.ib_rate.get(host))
 
 
 @dataclass

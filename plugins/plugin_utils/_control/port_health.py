@@ -145,7 +145,7 @@ def _rising(hca: str, port: Mapping[str, Any], before: Mapping[str, Any] | None)
 def findings(ib_ports: Mapping[str, Any], expected_gbps: Any = None) -> list[Finding]:
     """What the node's ports in use mean for a launch: refusals (a port down) and warnings (a port NCCL_IB_HCA names
     that the node does not have, a degraded rate, error counters that rose since the last reading). expected_gbps is
-    gpufleet_ib_rate_gbps (None where unset); a value that is not a number is refused by the caller."""
+    gpufleet_ib_rate_gbps as a number (None where unset; node_findings reads the inventory's value)."""
     hcas = list(ib_ports.get("hcas") or [])
     ib_hca = ib_ports.get("ib_hca") or None
     used, missing = ports_in_use(hcas, ib_hca)
@@ -155,16 +155,15 @@ def findings(ib_ports: Mapping[str, Any], expected_gbps: Any = None) -> list[Fin
                      "falls back to TCP sockets where no port is left" % ib_hca,
                      "correct NCCL_IB_HCA (nccl_env_ib_hca), or run provision.yml --tags nccl_env to have the ports "
                      "that are up found") for entry in missing]
-    up = [(hca, port) for hca, port in used if _down(hca, port, ib_hca) is None]
+    judged = [(hca, port, _down(hca, port, ib_hca)) for hca, port in used]
     best: dict[str, float] = {}
-    for _hca, port in up:
+    for _hca, port, down in judged:
         rate = (port.get("link") or {}).get("rate_gbps")
-        if rate is not None:
+        if down is None and rate is not None:
             layer = str(port.get("link_layer") or "")
             best[layer] = max(best.get(layer, 0.0), float(rate))
     expected = float(expected_gbps) if expected_gbps not in (None, "") else None
-    for hca, port in used:
-        down = _down(hca, port, ib_hca)
+    for hca, port, down in judged:
         if down is not None:
             found.append(down)
             continue
@@ -173,14 +172,23 @@ def findings(ib_ports: Mapping[str, Any], expected_gbps: Any = None) -> list[Fin
     return found
 
 
-def rate_setting(host: str, value: Any) -> float | None:
-    """gpufleet_ib_rate_gbps as a number of Gb/sec, None where unset; ValueError naming the host otherwise."""
+def node_findings(ib_ports: Mapping[str, Any], rate_value: Any) -> list[Finding]:
+    """findings() for one node, with its gpufleet_ib_rate_gbps as the inventory gives it: a value that is not a rate
+    is the node's refusal (Finding.message names the host), for the launch's gate and verify.yml alike."""
+    rate, wrong = _rate(rate_value)
+    if wrong:
+        return [Finding(True, "", wrong, "correct it in the inventory")]
+    return findings(ib_ports, rate)
+
+
+def _rate(value: Any) -> tuple[float | None, str]:
+    """gpufleet_ib_rate_gbps as a number of Gb/sec (None where unset), or what is wrong with it."""
     if value in (None, ""):
-        return None
+        return None, ""
     try:
         rate = float(value)
     except (TypeError, ValueError):
-        raise ValueError("%s: %s=%r is not a number of Gb/sec (e.g. 400 for NDR 4X)" % (host, RATE_VARIABLE, value)) from None
+        return None, "%s=%r is not a number of Gb/sec (e.g. 400 for NDR 4X)" % (RATE_VARIABLE, value)
     if rate <= 0:
-        raise ValueError("%s: %s=%r must be more than 0" % (host, RATE_VARIABLE, value))
-    return rate
+        return None, "%s=%r must be more than 0" % (RATE_VARIABLE, value)
+    return rate, ""

@@ -72,12 +72,7 @@ def health_findings(results: Mapping[str, Mapping[str, Any]], expected_gpus: Map
     for host, facts in results.items():
         found[host] = gpu_gate.judge(facts.get("gpu_health") or {}, acknowledged.get(host), expected_gpus.get(host),
                                      xid_check_required=required.get(host, False))
-        try:
-            rate = port_health.rate_setting(host, rates.get(host))
-        except ValueError as exc:
-            found[host].append(gpu_gate.Finding(True, "", str(exc).split(": ", 1)[1], "correct it in the inventory"))
-            continue
-        found[host] += port_health.findings(facts.get("ib_ports") or {}, rate)
+        found[host] += port_health.node_findings(facts.get("ib_ports") or {}, rates.get(host))
     return found
 
 

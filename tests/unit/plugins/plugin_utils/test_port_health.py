@@ -132,11 +132,12 @@ def test_a_port_nccl_ib_hca_names_that_the_node_does_not_have_warns(tmp_path):
     ("fast", "gpu-b08: gpufleet_ib_rate_gbps='fast' is not a number of Gb/sec (e.g. 400 for NDR 4X)"),
     (0, "gpu-b08: gpufleet_ib_rate_gbps=0 must be more than 0"),
 ])
-def test_a_rate_setting_that_is_not_a_rate_is_refused_naming_the_host(value, error):
-    with pytest.raises(ValueError) as caught:
-        port_health.rate_setting("gpu-b08", value)
-    assert str(caught.value) == error
-    assert port_health.rate_setting("gpu-b08", "400") == 400.0 and port_health.rate_setting("gpu-b08", None) is None
+def test_a_rate_setting_that_is_not_a_rate_is_refused_naming_the_host(tmp_path, value, error):
+    assert said(port_health.node_findings({}, value)) == [(True, error + "; correct it in the inventory")]
+    only_slow = reading(tmp_path, "=mlx5_1", only=("mlx5_1",))
+    assert port_health.node_findings(only_slow, None) == []
+    assert said(port_health.node_findings(only_slow, "400"))[0][1].startswith(
+        "gpu-b08 mlx5_1 port 1: the link trained at 50 Gb/sec (1X HDR), gpufleet_ib_rate_gbps is 400")
 
 
 def test_the_launch_plan_refuses_the_node_with_a_port_down_and_shows_the_warnings(tmp_path):
