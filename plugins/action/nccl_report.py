@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Action gpufleet.cluster.nccl_report: nccl-tests output to a JSON report and a PNG plot, with a verdict."""
+"""Action gpufleet.cluster.nccl_report: nccl-tests output (and, where NCCL could not run, the Gloo measurement) to a
+JSON report and a PNG plot, with a verdict."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo
 from ansible_collections.gpufleet.cluster.plugins.modules import nccl_report as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests, verify
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import gloo, nccl_tests, verify
 
 display = Display()
 
 
 class ActionModule(ActionBase):
-    """Runs once on the controller after all_reduce_perf ran across the nodes (and, in pairwise mode, per pair)."""
+    """Runs once on the controller after all_reduce_perf ran across the nodes with GPUs (and, in pairwise mode, per
+    pair), and the Gloo all_reduce across all of them where some have none."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -29,8 +31,34 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = action_args.validated(self, documentation.DOCUMENTATION)
-        expected = args["expected_busbw_gbps"]
         folder = os.path.abspath(args["report_dir"])
+        shown: list[str] = []
+        failures: list[str] = []
+        if args["nccl_skipped"]:
+            shown.append(gloo.skipped_line(args["nccl_skipped"]))
+        result.update(changed=False, report_path=None, plot_path=None, verdict=None, gloo=None)
+        if args["output"] is not None:
+            self._nccl(args, folder, shown, failures, result)
+        if args["gloo"]:
+            hosts = [str(host) for host in args["gloo_hosts"] or args["gloo"]]
+            found = gloo.report({str(host): dict(value or {}) for host, value in args["gloo"].items()}, hosts)
+            found["nccl_skipped"] = {str(host): str(why) for host, why in (args["nccl_skipped"] or {}).items()}
+            path = verify.write_report(folder, "gloo_all_reduce", found)
+            png = verify.plot_busbw(os.path.join(folder, "gloo_busbw.png"), {"all nodes": found}, None,
+                                    title="Gloo all_reduce, one rank per node") if found["rows"] else None
+            shown += gloo.lines(found) + ["report: %s%s" % (path, "; plot: %s" % png if png else "")]
+            result["gloo"] = {"report_path": path, "plot_path": png, "verdict": found["verdict"]}
+            if not found["verdict"]["passed"]:
+                failures.append("Gloo check failed: " + "; ".join(found["verdict"]["reasons"]))
+        display.display("\n".join(shown))
+        if failures:
+            result.update(failed=True, msg="; ".join(failures))
+        return result
+
+    @staticmethod
+    def _nccl(args: dict, folder: str, shown: list[str], failures: list[str], result: dict) -> None:
+        """all_reduce_perf's output (and the pairs') to all_reduce_perf.json and busbw.png, its lines and verdict."""
+        expected = args["expected_busbw_gbps"]
         report = nccl_tests.parse(args["output"])
         verdict = nccl_tests.verdict(report, expected)
         report["verdict"] = verdict
@@ -63,10 +91,9 @@ class ActionModule(ActionBase):
             lines.append("  InfiniBand on %s: %s" % (host, ", ".join("%s sent %d B, received %d B" % (
                 port, t["sent"], t["received"]) for port, t in ports.items()) or "no HCA"))
         lines.append("report: %s%s" % (path, "; plot: %s" % png if png else ""))
-        display.display("\n".join(lines))
-        result.update(changed=False, report_path=path, plot_path=png, verdict=verdict)
+        shown += lines
+        result.update(report_path=path, plot_path=png, verdict=verdict)
         if not verdict["passed"]:
-            result.update(failed=True, msg="NCCL check failed: " + "; ".join(verdict["reasons"]))
+            failures.append("NCCL check failed: " + "; ".join(verdict["reasons"]))
         elif report.get("pairwise", {}).get("slow_pairs"):
             result["warnings"] = ["slow node pairs: %s" % ", ".join(report["pairwise"]["slow_pairs"])]
-        return result

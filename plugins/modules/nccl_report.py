@@ -20,6 +20,11 @@ description:
   - With O(pairs), summarises each node pair's peak bus bandwidth, marks pairs below 0.8 times the median as slow,
     and names the node common to all slow pairs.
   - With InfiniBand counters read before and after, reports the bytes each HCA port sent and received.
+  - With O(gloo), the results of M(gpufleet.cluster.gloo_all_reduce) on every node (where some nodes have no GPU,
+    so that NCCL could not run there), writes C(<report_dir>/gloo_all_reduce.json) and C(<report_dir>/gloo_busbw.png)
+    and fails naming each node whose rank gave no result, or on a wrong sum. O(expected_busbw_gbps) is NCCL's
+    alone, since Gloo over TCP is not held to it.
+  - O(nccl_skipped) names the nodes where NCCL's bandwidth was not measured, and why; they are shown, not failed on.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -28,9 +33,8 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes.controller
 options:
   output:
-    description: The output of all_reduce_perf across all nodes.
+    description: The output of all_reduce_perf across the nodes with GPUs; unset when it did not run (no node has a GPU).
     type: str
-    required: true
   pairs:
     description: Pair name (C(a+b)) to the output of all_reduce_perf on that pair.
     type: dict
@@ -47,6 +51,16 @@ options:
   ib_after:
     description: The same after the run.
     type: dict
+  gloo:
+    description: Node name to its M(gpufleet.cluster.gloo_all_reduce) result (the C(async_status) result of its rank).
+    type: dict
+  gloo_hosts:
+    description: The nodes in rank order that ran O(gloo); every one must have a result. The keys of O(gloo) by default.
+    type: list
+    elements: str
+  nccl_skipped:
+    description: Node name to why NCCL's bandwidth was not measured there (no NVIDIA GPU).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -60,7 +74,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report_path:
-  description: The JSON report.
+  description: The JSON report of all_reduce_perf, or null when it did not run.
   returned: always
   type: str
 plot_path:
@@ -68,7 +82,13 @@ plot_path:
   returned: always
   type: str
 verdict:
-  description: C(passed), C(reasons), C(peak_busbw_gbps), C(avg_busbw_gbps), C(expected_busbw_gbps).
+  description: C(passed), C(reasons), C(peak_busbw_gbps), C(avg_busbw_gbps), C(expected_busbw_gbps); null when
+    all_reduce_perf did not run.
+  returned: always
+  type: dict
+gloo:
+  description: With O(gloo), C(report_path), C(plot_path) and C(verdict) (C(passed), C(reasons), C(peak_busbw_gbps))
+    of the Gloo measurement; else null.
   returned: always
   type: dict
 """

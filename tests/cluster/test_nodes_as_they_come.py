@@ -7,6 +7,7 @@
   127.0.1.1) get only a Python with torch (provision.yml --tags python_env), and train.yml must work there.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -161,3 +162,26 @@ def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):
     text = unreachable.out.replace("\n        ", " ")
     assert "cannot download NVIDIA's repository key http://127.0.0.1:9/debian12/x86_64/3bf863cc.pub" in text, text[-3000:]
     assert "set gpufleet_nvidia_mirror to a mirror of https://developer.download.nvidia.com/compute/cuda/repos" in text
+
+
+def test_verify_passes_on_gpu_less_nodes_with_a_gloo_measurement(raw_cluster):
+    """The three GPU-less nodes as the test above left them: provision.yml said "no NVIDIA GPU on the PCI bus" and
+    installed no CUDA, NCCL or nccl-tests (its etc_hosts, ssh_mesh, nccl_env and mpi roles were left out there, so
+    each hostname still resolves to 127.0.1.1 and nothing sets GLOO_SOCKET_IFNAME). verify.yml checks what applies,
+    says that NCCL's bandwidth was not measured and why, measures the network with a Gloo all_reduce across the
+    three nodes, and passes; it no longer asks for nccl-tests, which provision.yml would not install here."""
+    raw = raw_cluster
+    run = raw.playbook("verify.yml", "-e", '{"verify_gloo_sizes": [65536, 4194304]}')
+    assert run.rc == 0, run.out[-4000:]
+    said = " ".join(run.out.split())
+    assert ("NCCL bandwidth was not measured on node3, node4, node5: no NVIDIA GPU (nvidia-smi lists none, and the "
+            "PCI bus has none)") in said, said[-3000:]
+    assert "Gloo all_reduce across 3 node(s) (node3, node4, node5), one rank each: peak bus bandwidth" in said
+    assert "all_reduce_perf missing" not in said and "--tags mpi,nccl_tests" not in said
+    gloo = json.load(open(os.path.join(raw.state, "logs", "verify", "gloo_all_reduce.json")))
+    assert gloo["verdict"]["passed"] is True and gloo["hosts"] == ["node3", "node4", "node5"], gloo
+    assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in gloo["rows"]) and len(gloo["rows"]) == 2, gloo
+    for node in raw.nodes:
+        # Gloo went over each node's cluster interface, not the loopback address its hostname resolves to.
+        iface = raw.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", raw.addresses[node])
+        assert gloo["interfaces"][node] == iface

@@ -5,9 +5,15 @@ whose make records the variables the role passes, and whose all_reduce_perf prin
 with fixed figures from every MPI rank. So these tests check the build logic (inputs passed, versioned
 folder, rebuilt only when an input changes) and verify.yml's orchestration: the version table and its
 agreement check, mpirun across all nodes with the generated hostfile, parsing, the JSON report, the PNG
-plot, the pass/fail verdict and the pairwise mode. They measure no bandwidth.
+plot, the pass/fail verdict and the pairwise mode. The NCCL figures are the stand-in's, not a measurement.
+
+verify.yml runs NCCL only on nodes whose driver lists GPUs: the tests of the NCCL path give every node a stand-in
+GPU (tests/cluster/gpu_standin.py, nvidia-smi answering for one idle H100); without it the nodes are what they are,
+GPU-less, and verify.yml measures them with a Gloo all_reduce of the training Python (a real measurement, over the
+containers' network), as on a node with some GPUs in test_verify_measures_nccl_where_the_gpus_are_and_gloo_across_all.
 """
 
+import contextlib
 import json
 import os
 
@@ -21,6 +27,21 @@ pytestmark = pytest.mark.cluster
 # node whose init is not systemd: verify.yml rightly fails on it (test_verify_names_a_node_whose_fabric_manager_...).
 # The other verify runs read the nodes' real /sys, where there is no NVSwitch.
 REAL_SYS = ("-e", "gpufleet_sys_root=/sys")
+# The stand-in GPUs' kernel log (an empty one: the gate reads no XID).
+GPU_ARGS = (*REAL_SYS, *gpu_standin.KERNEL_LOG_ARGS)
+
+
+@contextlib.contextmanager
+def stand_in_gpus(cluster, nodes=None):
+    """One stand-in GPU on each of these nodes (all by default) while the block runs."""
+    nodes = list(cluster.nodes if nodes is None else nodes)
+    try:
+        for node in nodes:
+            gpu_standin.install(node, {"gpus": [{}]})
+        yield
+    finally:
+        for node in nodes:
+            gpu_standin.remove(node)
 
 
 def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_change(cluster, provisioned):
@@ -45,8 +66,12 @@ def test_nccl_tests_built_with_mpi_into_a_versioned_folder_and_only_rebuilt_on_c
 
 def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provisioned):
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", *REAL_SYS)
-    assert run.rc == 0
+    with stand_in_gpus(cluster):
+        run = cluster.playbook("verify.yml", *GPU_ARGS)
+    assert run.rc == 0, run.out[-3000:]
+    # Every node has a GPU: no Gloo measurement, and no node left out of NCCL's.
+    assert "Gloo all_reduce across" not in run.out and "NCCL bandwidth was not measured" not in run.out
+    assert "ok: [node" not in run.out.split("TASK [Start a Gloo", 1)[1].split("TASK [", 1)[0]
     table = run.out.split("GPU stack on 3 node(s)", 1)[1]
     for node in cluster.nodes:
         assert any(line.startswith(node) and "2.30.4-1+cuda12.9" in line and "12.8" in line and "2.13.0" in line
@@ -59,18 +84,41 @@ def test_verify_reports_the_stack_and_a_verdict_across_all_nodes(cluster, provis
         assert handle.read(4) == b"\x89PNG"
 
 
-def test_verify_fails_below_the_expected_bandwidth(cluster, provisioned):
+def test_verify_measures_nccl_where_the_gpus_are_and_gloo_across_all(cluster, provisioned):
+    """node0 and node1 have a (stand-in) GPU, node2 none: all_reduce_perf runs on the two (its NCCL verdict judged:
+    below the expected bandwidth here), node2 is said not to be measured by NCCL and why, and a Gloo all_reduce of
+    the training Python measures all three nodes' network, with its own report and plot."""
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "nccl_expected_busbw_gbps=50")
+    with stand_in_gpus(cluster, ["node0", "node1"]):
+        run = cluster.playbook("verify.yml", *GPU_ARGS, "-e", "nccl_expected_busbw_gbps=50",
+                               "-e", '{"verify_gloo_sizes": [65536, 4194304]}')
     assert run.rc != 0
-    assert "NCCL check failed: peak bus bandwidth 41.21 GB/s is below the expected 50.00 GB/s" in run.out
+    said = " ".join(run.out.split())
+    assert "NCCL check failed: peak bus bandwidth 41.21 GB/s is below the expected 50.00 GB/s" in said, said[-3000:]
+    assert ("NCCL bandwidth was not measured on node2: no NVIDIA GPU (nvidia-smi lists none, and the PCI bus has "
+            "none)") in said
+    report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
+    assert report["hosts"] == ["node0", "node1"] and report["ranks"] == 2
+    assert "Gloo all_reduce across 3 node(s) (node0, node1, node2), one rank each: peak bus bandwidth" in said
+    gloo = json.load(open(os.path.join(cluster.state, "logs", "verify", "gloo_all_reduce.json")))
+    assert gloo["verdict"]["passed"] is True and gloo["errors"] == {}, gloo
+    assert gloo["nccl_skipped"] == {"node2": "no NVIDIA GPU (nvidia-smi lists none, and the PCI bus has none)"}
+    assert [row["size_bytes"] for row in gloo["rows"]] == [65536, 4194304]
+    assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in gloo["rows"]), gloo["rows"]
+    # Each node's rank bound Gloo to the interface of its cluster address, as nccl_env wrote it.
+    for node in cluster.nodes:
+        iface = cluster.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", cluster.addresses[node])
+        assert gloo["interfaces"][node] == iface
+    with open(os.path.join(cluster.state, "logs", "verify", "gloo_busbw.png"), "rb") as handle:
+        assert handle.read(4) == b"\x89PNG"
 
 
 def test_verify_names_the_node_and_roles_when_nccl_tests_is_missing(cluster, provisioned):
     """Before mpirun: a node without all_reduce_perf (here: a prefix where nothing was built) is named, with the
     provision.yml tags that build it, instead of Open MPI's "unable to open" error."""
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "nccl_tests_prefix=/opt/not-built")
+    with stand_in_gpus(cluster):
+        run = cluster.playbook("verify.yml", *GPU_ARGS, "-e", "nccl_tests_prefix=/opt/not-built")
     text = " ".join(run.out.replace("''", "'").split())
     assert run.rc != 0
     for node in cluster.nodes:
@@ -81,24 +129,27 @@ def test_verify_names_the_node_and_roles_when_nccl_tests_is_missing(cluster, pro
 
 def test_verify_pairwise_runs_every_pair(cluster, provisioned):
     assert provisioned["converge"].rc == 0
-    run = cluster.playbook("verify.yml", *REAL_SYS, "-e", "pairwise=true")
-    assert run.rc == 0
+    with stand_in_gpus(cluster):
+        run = cluster.playbook("verify.yml", *GPU_ARGS, "-e", "pairwise=true")
+    assert run.rc == 0, run.out[-3000:]
     report = json.load(open(os.path.join(cluster.state, "logs", "verify", "all_reduce_perf.json")))
     assert sorted(report["pairwise"]["pairs"]) == ["node0+node1", "node0+node2", "node1+node2"]
     assert report["pairwise"]["slow_pairs"] == []
 
 
 def test_verify_fails_when_the_nodes_disagree(cluster, provisioned):
+    """The GPU stacks must agree among the nodes with GPUs (here every node has a stand-in one)."""
     assert provisioned["converge"].rc == 0
     bump = cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl", "-e", "nccl_version=2.26.5-1+cuda12.8")
     assert bump.rc == 0
     try:
-        run = cluster.playbook("verify.yml", *REAL_SYS)
+        with stand_in_gpus(cluster):
+            run = cluster.playbook("verify.yml", *GPU_ARGS, "--tags", "stack")
+            gpus = cluster.playbook("verify.yml", *GPU_ARGS, "--tags", "stack", "-e", "gpufleet_gpus=8")
         assert run.rc != 0
         assert ("the nodes' NCCL differ: 2.26.5-1+cuda12.8 on node2; 2.30.4-1+cuda12.9 on node0, node1"
-                in run.out.replace("\n        ", " "))
-        gpus = cluster.playbook("verify.yml", *REAL_SYS, "-e", "gpufleet_gpus=8")
-        assert "node0 has 0 GPUs, its inventory says 8 (gpufleet_gpus)" in gpus.out.replace("\n        ", " ")
+                in run.out.replace("\n        ", " ")), run.out[-3000:]
+        assert "node0 has 1 GPUs, its inventory says 8 (gpufleet_gpus)" in gpus.out.replace("\n        ", " ")
     finally:
         cluster.playbook("provision.yml", "--limit", "node2", "--tags", "nccl")
 

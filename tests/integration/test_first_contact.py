@@ -49,10 +49,47 @@ def test_allow_local_lets_provision_go_on(local):
     assert run.task_results("TASK [Reach every node]") == {"node0": "ok", "node1": "ok"}
 
 
-def test_allow_local_lets_verify_go_on(local):
-    run = local.playbook("verify.yml", "-e", "allow_local=true")
+def test_allow_local_lets_verify_go_on_and_pass_without_gpus(local):
+    """This machine has no NVIDIA GPU: verify.yml says NCCL was not measured and why, measures the network with a
+    Gloo all_reduce between the demo's two nodes (two ranks of the training Python, over loopback) and passes."""
+    run = local.playbook("verify.yml", "-e", "allow_local=true", "-e", '{"verify_gloo_sizes": [4096, 1048576]}')
     assert "PLAY [The nodes' GPU stacks agree]" in run.out
     assert run.task_results("Read GPUs, driver, CUDA") == {"node0": "ok", "node1": "ok"}
+    assert run.rc == 0, run.out[-4000:]
+    said = " ".join(run.out.split())
+    assert ("NCCL bandwidth was not measured on node0, node1: no NVIDIA GPU (nvidia-smi lists none, and the PCI bus "
+            "has none)") in said, said[-3000:]
+    assert "Gloo all_reduce across 2 node(s) (node0, node1), one rank each: peak bus bandwidth" in said
+    assert "TASK [Run all_reduce_perf" not in run.out  # skipped (ansible.cfg does not show skipped tasks)
+    report = json.load(open(local.logs / "verify" / "gloo_all_reduce.json"))
+    assert report["hosts"] == ["node0", "node1"] and report["errors"] == {} and report["verdict"]["passed"] is True
+    assert [row["size_bytes"] for row in report["rows"]] == [4096, 1048576]
+    assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in report["rows"]), report["rows"]
+    # The network step alone reads each node's GPUs itself (the stack play did not run) and measures the same way.
+    alone = local.playbook("verify.yml", "-e", "allow_local=true", "--tags", "nccl",
+                           "-e", '{"verify_gloo_sizes": [4096]}')
+    assert alone.rc == 0, alone.out[-4000:]
+    assert "GPU stack on" not in alone.out
+    assert alone.task_results("Read each node's GPUs where the stack play did not") == {"node0": "ok", "node1": "ok"}
+    assert "Gloo all_reduce across 2 node(s) (node0, node1)" in " ".join(alone.out.split())
+
+
+def test_verify_network_step_alone_refuses_gpus_the_driver_does_not_list(local, tmp_path):
+    """Under --tags nccl the stack step's gate did not run: a node with an NVIDIA GPU on its PCI bus (a fake sysfs:
+    an H100's vendor, device and 3D-controller class, as the kernel shows them) that nvidia-smi does not list is
+    named, not measured as a GPU-less node."""
+    device = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:18:00.0"
+    device.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):
+        (device / name).write_text(value + "\n")
+    run = local.playbook("verify.yml", "-e", "allow_local=true", "--tags", "nccl",
+                         "-e", "gpufleet_sys_root=%s" % (tmp_path / "sys"))
+    assert run.rc != 0
+    said = " ".join(run.out.split())
+    for node in ("node0", "node1"):
+        assert ("%s: 1 NVIDIA GPU(s) on its PCI bus and nvidia-smi lists none, so NCCL cannot be measured there; "
+                "ansible-playbook -i <inventory> playbooks/verify.yml --tags stack says why" % node) in said, said[-3000:]
+    assert "Gloo all_reduce across" not in said
 
 
 def test_train_says_it_uses_the_embedded_demo_inventory(local):

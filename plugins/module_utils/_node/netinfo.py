@@ -68,11 +68,17 @@ def kernel_interfaces(proc_root: str = "/proc", ipv4_of: Callable[[str], str | N
 
 
 def interface_of(address: str, addresses: dict[str, list[str]]) -> str | None:
-    """The interface that holds address (an IP literal), or None."""
+    """The interface that holds address (an IP literal), or None. An IPv4 loopback address is held by the interface
+    that holds 127.0.0.1 (or any of 127.0.0.0/8), as the kernel routes the whole block to it: the embedded demo
+    inventory's second node is 127.0.0.2."""
     wanted = ipaddress.ip_address(address)
     for name, held in addresses.items():
         if any(ipaddress.ip_address(ip) == wanted for ip in held):
             return name
+    if wanted.version == 4 and wanted.is_loopback:
+        for name, held in addresses.items():
+            if any(ipaddress.ip_address(ip).version == 4 and ipaddress.ip_address(ip).is_loopback for ip in held):
+                return name
     return None
 
 

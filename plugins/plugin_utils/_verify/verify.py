@@ -40,18 +40,32 @@ def stack_table(results: Mapping[str, Mapping[str, Any]]) -> str:
                   [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()])
 
 
+def _differ(title: str, values: Mapping[str, list[str]]) -> str:
+    return "the nodes' %s differ: %s" % (title, "; ".join(
+        "%s on %s" % (value, ", ".join(hosts)) for value, hosts in sorted(values.items())))
+
+
 def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapping[str, Any]) -> list[str]:
-    """Each disagreement between nodes, and each node with fewer GPUs than its inventory says."""
+    """Each disagreement between nodes, and each node with fewer GPUs than its inventory says. The GPU stack (model,
+    driver, CUDA, NCCL, torch's build) must agree among the nodes with GPUs: a node without one (a CPU, login or
+    data node) has no driver and needs no CUDA or NCCL. torch's version without its build's local label (+cpu,
+    +cu128) must agree across every node, since their ranks meet in one group."""
     problems = []
+    gpu_hosts = [host for host, facts in results.items() if int(facts.get("gpu_count") or 0) > 0]
     for field in FIELDS:
         if field == "gpu_count":
             continue
         values: dict[str, list[str]] = {}
-        for host, facts in results.items():
-            values.setdefault(_show(facts.get(field)), []).append(host)
+        for host in gpu_hosts:
+            values.setdefault(_show(results[host].get(field)), []).append(host)
         if len(values) > 1:
-            problems.append("the nodes' %s differ: %s" % (TITLES[field], "; ".join(
-                "%s on %s" % (value, ", ".join(hosts)) for value, hosts in sorted(values.items()))))
+            problems.append(_differ(TITLES[field], values))
+    if len(gpu_hosts) < len(results) and not any(problem.startswith("the nodes' torch") for problem in problems):
+        versions: dict[str, list[str]] = {}
+        for host, facts in results.items():
+            versions.setdefault(_show(facts.get("torch")).split("+", 1)[0], []).append(host)
+        if len(versions) > 1:
+            problems.append(_differ("torch (without the build's local label, +cpu or +cu128)", versions))
     for host, facts in results.items():
         wanted = expected_gpus.get(host)
         if wanted not in (None, "") and int(facts.get("gpu_count") or 0) < int(wanted):
@@ -202,8 +216,10 @@ def write_report(folder: str, name: str, report: Mapping[str, Any]) -> str:
     return path
 
 
-def plot_busbw(path: str, reports: Mapping[str, Mapping[str, Any]], expected: float | None = None) -> str:
-    """A PNG of bus bandwidth against message size, one line per run."""
+def plot_busbw(path: str, reports: Mapping[str, Mapping[str, Any]], expected: float | None = None,
+               title: str = "all_reduce_perf, out-of-place") -> str:
+    """A PNG of bus bandwidth against message size, one line per run (nccl-tests' rows: their out-of-place figures;
+    the Gloo measurement's rows carry theirs at the top)."""
     import matplotlib  # pylint: disable=import-outside-toplevel
 
     matplotlib.use("Agg")
@@ -212,14 +228,14 @@ def plot_busbw(path: str, reports: Mapping[str, Mapping[str, Any]], expected: fl
     figure, axes = pyplot.subplots(figsize=(8, 4.5))
     for label, report in reports.items():
         sizes = [row["size_bytes"] for row in report["rows"]]
-        busbw = [row["out_of_place"]["busbw_gbps"] for row in report["rows"]]
+        busbw = [row.get("out_of_place", row)["busbw_gbps"] for row in report["rows"]]
         axes.plot(sizes, busbw, marker="o", label=label)
     if expected is not None:
         axes.axhline(expected, color="red", linestyle="--", label="expected %.1f GB/s" % expected)
     axes.set_xscale("log", base=2)
     axes.set_xlabel("message size (bytes)")
     axes.set_ylabel("bus bandwidth (GB/s)")
-    axes.set_title("all_reduce_perf, out-of-place")
+    axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     figure.tight_layout()

@@ -104,3 +104,14 @@ def test_interface_holding_is_empty_when_no_interface_or_no_ip_tool():
         raise FileNotFoundError(cmd[0])
 
     assert netinfo.interface_holding("192.0.2.11", run=no_ip) == ""
+
+
+def test_a_loopback_address_other_than_127_0_0_1_is_held_by_loopback():
+    """The kernel routes all of 127.0.0.0/8 to lo (its `local 127.0.0.0/8 dev lo` route): the demo inventory's
+    node1 at 127.0.0.2 is on lo, while no interface holds an address outside what it carries."""
+    found = {"lo": ["127.0.0.1", "::1"], "eth0": ["192.0.2.2"]}
+    assert netinfo.interface_of("127.0.0.2", found) == "lo"
+    assert netinfo.interface_of("127.255.0.9", found) == "lo"
+    assert netinfo.interface_of("192.0.2.3", found) is None
+    assert netinfo.interface_of("::2", found) is None
+    assert netinfo.interface_of("127.0.0.2", {"eth0": ["192.0.2.2"]}) is None

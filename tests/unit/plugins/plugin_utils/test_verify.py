@@ -155,3 +155,28 @@ def test_the_gpu_health_table_and_its_refusals():
     assert lines[0].index("verdict") == lines[3].index("refuse") == lines[4].index("warn")  # aligned columns
     assert verify.health_findings(results, {}, {"gpu01": "soon"})["gpu01"][0].fact == \
         "gpufleet_xids_acknowledged_before='soon' is not a date and time"
+
+
+GPU_LESS = {"gpu_count": 0, "gpu_models": [], "driver": None, "cuda": None, "nccl": None, "torch": "2.13.0+cpu"}
+
+
+def test_gpu_less_nodes_are_not_held_to_the_gpu_nodes_stack_but_torch_must_agree():
+    """A CPU node beside GPU nodes has no model, driver, CUDA or NCCL and a CPU build of torch: no disagreement. Its
+    torch's version without the local label is still compared with every node's."""
+    gpu = dict(NODE, torch="2.13.0+cu128")
+    assert verify.stack_problems({"gpu01": gpu, "gpu02": dict(gpu), "login": dict(GPU_LESS)}, {}) == []
+    older = verify.stack_problems({"gpu01": gpu, "login": dict(GPU_LESS, torch="2.12.1+cpu")}, {})
+    assert older == ["the nodes' torch (without the build's local label, +cpu or +cu128) differ: 2.12.1 on login; "
+                     "2.13.0 on gpu01"]
+    # The GPU nodes' own stacks are still compared, torch's build label included, and torch said once.
+    mixed = verify.stack_problems({"gpu01": gpu, "gpu02": dict(gpu, torch="2.13.0+cu126"),
+                                   "cpu01": dict(GPU_LESS, torch="2.12.0")}, {})
+    assert mixed == ["the nodes' torch differ: 2.13.0+cu126 on gpu02; 2.13.0+cu128 on gpu01"]
+
+
+def test_nodes_without_any_gpu_compare_torch_only():
+    """No node has a GPU (a first try on VMs): a build host's CUDA on one of them is not a disagreement."""
+    nodes = {"vm1": dict(GPU_LESS), "vm2": dict(GPU_LESS, cuda="12.8", nccl="2.26.2-1+cuda12.8")}
+    assert verify.stack_problems(nodes, {}) == []
+    assert verify.stack_problems(dict(nodes, vm3=dict(GPU_LESS, torch="2.11.0")), {}) == [
+        "the nodes' torch (without the build's local label, +cpu or +cu128) differ: 2.11.0 on vm3; 2.13.0 on vm1, vm2"]
