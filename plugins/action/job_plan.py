@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launc
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes, container_images, plan, ports
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images, history, plan, ports
 
 
 INLINE_SCRIPT_MAX_BYTES = 1 << 20
@@ -162,6 +162,23 @@ class ActionModule(ActionBase):
         result["changed"] = False
         return result
 
+    def _node_history(self, logs_dir: str, hosts: list[str], task_vars: dict) -> list[str]:
+        """Refuse a quarantined node of the job (a node or a spare), naming its faults; the warnings for the others'."""
+        settings = {name: self._templar.template(task_vars.get(variable, default)) for name, variable, default in (
+            ("after", "gpufleet_quarantine_after", history.DEFAULT_AFTER),
+            ("window", "gpufleet_quarantine_window", history.DEFAULT_WINDOW))}
+        path = history.path_of(logs_dir)
+        try:
+            after, window_s = history.quarantine_after(settings["after"]), history.window_seconds(settings["window"])
+            records = history.read(path)
+        except history.HistoryError as exc:
+            raise plan.PlanError(str(exc)) from exc
+        held = history.quarantined(records, hosts, after, window_s)
+        if held:
+            raise plan.PlanError("; ".join(history.refusal(node, faults, str(settings["window"]), path)
+                                           for node, faults in held.items()))
+        return history.warnings(records, hosts, after, window_s, str(settings["window"]))
+
     def _plan(self, args: dict, task_vars: dict) -> dict:
         groups = task_vars.get("groups", {})
         nodes = _nodes(args.get("group") or plan.NODE_GROUP, groups, task_vars)
@@ -215,8 +232,8 @@ class ActionModule(ActionBase):
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             **spares,
-            # Nodes of this job a spare replaced for a hardware fault in an earlier one (plugin_utils/_control/bad_nodes.py).
-            "bad_nodes": bad_nodes.warnings(logs_dir, nodes + spares["spare_hosts"]),
+            # The job's nodes' hardware faults in the fleet's history, short of quarantine (plugin_utils/_control/history.py).
+            "node_history": self._node_history(logs_dir, nodes + spares["spare_hosts"], task_vars),
             "wait": wait,
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),

@@ -14,7 +14,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import job_report as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import bad_nodes
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import history
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import (
     flight_recorder,
     gpu_report,
@@ -76,10 +76,13 @@ class ActionModule(ActionBase):
         replaced = report.replacements_said(results)
         if replaced:
             display.display("Spares: %s" % replaced)
-        if args.get("logs_dir"):  # replaced for a hardware fault: the next train.yml with the node warns (bad_nodes.py)
-            for path in bad_nodes.remember(os.path.dirname(str(args["logs_dir"])), job, report.replacements(results)):
-                display.display("Remembered as replaced for a hardware fault (train.yml warns while it is in a job): %s"
-                                % path)
+        if args.get("logs_dir"):  # the nodes' faults, in the fleet's history (history.py: quarantine)
+            faults = history.job_faults(job, results, report.replacements(results))
+            path = history.path_of(os.path.dirname(str(args["logs_dir"])))
+            history.append(path, faults)
+            if faults:
+                display.display("Recorded in the fleet's history (%s): %s" % (path, "; ".join(
+                    "%s: %s" % (fault["node"], fault["fact"]) for fault in faults)))
         message = report.failure_message(job, results)
         recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
         if recorder["said"]:

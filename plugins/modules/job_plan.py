@@ -191,11 +191,12 @@ plan:
       description: The hosts of C(spares), in order.
       type: list
       elements: str
-    bad_nodes:
+    node_history:
       description:
-        - What to say of each host of the job (a node or a spare) that a spare replaced for a hardware fault in an
-          earlier job on this controller (a file in C(<logs_dir>/bad-nodes/), which the report writes), with how to
-          clear it.
+        - What to say of each host of the job (a node or a spare) with hardware faults in the fleet's history
+          (C(<gpufleet_logs_dir>/history.jsonl)) within C(gpufleet_quarantine_window), short of
+          C(gpufleet_quarantine_after). A host with that many is quarantined, and the plan fails naming it and its
+          faults.
       type: list
       elements: str
     spares_note:

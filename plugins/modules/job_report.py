@@ -40,8 +40,9 @@ options:
   logs_dir:
     description:
       - Controller folder of the fetched logs; the table then shows C(<logs_dir>/<host>.log).
-      - A node a spare replaced for a hardware fault is remembered in C(bad-nodes/<host>) beside it (in the folder
-        above O(logs_dir)), so that the next M(gpufleet.cluster.job_plan) with that node warns.
+      - The nodes' faults the results show (a spare took a node's place, a GPU's new hardware XID) are appended to
+        the fleet's history, C(history.jsonl) in the folder above O(logs_dir), which M(gpufleet.cluster.job_plan)
+        reads to warn of a node, or to refuse it once quarantined.
     type: str
   samples_dir:
     description:

@@ -7,6 +7,7 @@ play, the refusal before any job folder is written on any node, the acknowledgem
 does not: a real GPU or driver (tests/gpu/ does, where one is lent); the stand-in's figures are the test's."""
 
 import csv
+import json
 import os
 import re
 import struct
@@ -153,6 +154,12 @@ def test_an_xid_79_while_training_stops_every_node_within_5_s_naming_node_gpu_an
             log = handle.read()
         assert "attempt 2 of 2" not in log and "not restarting: node1 GPU 1 (0000:19:00.0): XID 79" in log, log[-3000:]
     assert re.search(r"node1 +1 +failed \(XID 79\)", done.out), done.out[-3000:]
+    # The fault is in the fleet's history (plugin_utils/_control/history.py), which quarantines a repeat offender.
+    with open(os.path.join(cluster.state, "logs", "history.jsonl")) as handle:
+        records = [json.loads(line) for line in handle]
+    mine = [r for r in records if r["job"] == job]
+    assert [(r["node"], r["kind"], r["class"]) for r in mine] == [("node1", "fault", "gpu")], records
+    assert "XID 79" in mine[0]["fact"] and "Recorded in the fleet's history" in out
     with open(os.path.join(cluster.state, "logs", job, "node1.gpus.csv")) as handle:
         rows = list(csv.DictReader(handle))
     assert rows and {row["index"] for row in rows} == {"0", "1"} and {row["host"] for row in rows} == {"node1"}

@@ -296,6 +296,11 @@ def test_a_lost_node_is_replaced_by_the_spare_which_resumes_from_the_checkpoint_
         in said, said[-3000:]
     assert re.search(r"^node2\s+1\s+replaced by node1\s", done.out, re.M), done.out[-3000:]
     assert re.search(r"^node1\s+1\s+succeeded\s+0\s", done.out, re.M), done.out[-3000:]
+    # The fleet's history records node2's loss, a fault that does not count toward quarantine (history.py).
+    with open(os.path.join(cluster.state, "logs", "history.jsonl")) as handle:
+        records = [json.loads(line) for line in handle if json.loads(line)["job"] == job]
+    lost = ("node2", "node lost", "replaced by node1: node2 lost; node1 takes node_rank 1")
+    assert [(r["node"], r["class"], r["fact"]) for r in records] == [lost], records
     print("resumed from step %d" % step)
 
 

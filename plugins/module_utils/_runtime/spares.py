@@ -81,7 +81,7 @@ def place_env(node: SpareHost) -> dict[str, str]:
 def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[Heartbeat]) -> None:
     """A member applies the gang's decision: each spare takes its node rank from the next attempt (the heartbeats
     name it there from now on), said in the log, and in state.json under "replaced" (who, by whom, when, why, and
-    whether for a hardware fault: the controller then remembers the node, plugin_utils/_control/bad_nodes.py)."""
+    whether for a hardware fault: the controller records it in the fleet's history, plugin_utils/_control/history.py)."""
     records = list(node.state.get("replaced") or [])
     faulted = {part.rank for part in parts if part.hardware_fault}
     for rank, spare in sorted(replaced.items()):

@@ -1,6 +1,7 @@
 """Every action plugin validates its arguments against the options its documentation shows."""
 
 import importlib
+import os
 from unittest import mock
 
 import pytest
@@ -17,8 +18,14 @@ ACTIONS = [
     ("job_nodes", ["force"], {"plan": {"hosts": []}}),
 ]
 REQUIRED = {name: required for name, _, required in ACTIONS}
-REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}})
+REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}},
+                fleet_history={"logs_dir": "/tmp/r", "nodes": []}, job_export={"format": "sbatch", "script": "t.py"})
 ALL_ACTIONS = sorted(REQUIRED)
+
+
+def test_every_action_plugin_is_checked_here():
+    folder = os.path.dirname(importlib.import_module("ansible_collections.gpufleet.cluster.plugins.action.job_plan").__file__)
+    assert sorted(name[:-3] for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py") == ALL_ACTIONS
 
 
 def action(name, args):

@@ -1,0 +1,211 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet's history of node faults, and quarantine: where it is decided that a node keeps failing.
+
+The controller keeps one append-only file of JSON lines, ``<gpufleet_logs_dir>/history.jsonl``: one line per fault
+gpufleet saw on a node (a GPU's hardware XID during a job, a spare taking a node's place for a hardware fault, a
+node lost) and per release of a quarantined node. A line is never rewritten; a line that is not a JSON object with
+a node and a kind is refused, naming the file and the line, and the file is left as it is.
+
+A node is quarantined when ``after`` faults of a hardware class (a GPU's or a network port's) fell within
+``window`` seconds before now, after its last release: train.yml refuses a job on it, naming its history. A node
+lost (a reboot, a network blip) and an application's own failure are recorded or not counted: they do not say the
+node is bad. Pure functions and one file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+HISTORY_FILE = "history.jsonl"
+# The classes of fault that count toward quarantine: the node's hardware.
+HARDWARE_CLASSES = ("gpu", "network")
+KINDS = ("fault", "release")
+DEFAULT_AFTER = 3
+DEFAULT_WINDOW = "7d"
+_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class HistoryError(ValueError):
+    """The history file or a quarantine setting cannot be used; the message names what and where."""
+
+
+def path_of(logs_root: str) -> str:
+    return os.path.join(logs_root, HISTORY_FILE)
+
+
+def window_seconds(text: Any) -> float:
+    """gpufleet_quarantine_window as seconds: a number of seconds, or a number with s, m, h, d or w."""
+    match = _WINDOW.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise HistoryError("gpufleet_quarantine_window=%r does not parse: give a positive number of seconds, or one "
+                           "with s, m, h, d or w (7d, 36h)" % (text,))
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def quarantine_after(value: Any) -> int:
+    """gpufleet_quarantine_after: how many hardware faults in the window quarantine a node (1 or more)."""
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise HistoryError("gpufleet_quarantine_after=%r is not a whole number of 1 or more" % (value,))
+    return count
+
+
+def read(path: str) -> list[dict[str, Any]]:
+    """Every record of the history, in order ([] where there is no file yet)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise HistoryError("cannot read the fleet's history %s: %s" % (path, exc)) from exc
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise HistoryError("the fleet's history %s, line %d, is not JSON (%s): %s; it was left as it is: mend or "
+                               "remove that line" % (path, number, exc, line[:120])) from exc
+        if not isinstance(record, dict) or not record.get("node") or record.get("kind") not in KINDS:
+            raise HistoryError("the fleet's history %s, line %d, is not a record with a node and a kind (fault or "
+                               "release): %s; it was left as it is: mend or remove that line" % (path, number, line[:120]))
+        records.append(record)
+    return records
+
+
+def append(path: str, records: Sequence[Mapping[str, Any]]) -> None:
+    """Add records at the end of the history, one line each, flushed to disk; nothing before them is rewritten."""
+    if not records:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def record(node: str, kind: str, fact: str, job: str = "", klass: str = "", gpu: str = "",
+           at: float | None = None) -> dict[str, Any]:
+    at = time.time() if at is None else float(at)
+    return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at)), "at": round(at, 3), "node": str(node),
+            "kind": kind, "class": klass, "gpu": gpu, "fact": fact, "job": job}
+
+
+def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping[str, Mapping[str, Any]],
+               at: float | None = None) -> list[dict[str, Any]]:
+    """The faults a job's results show, one per node: a spare took its place for a hardware fault (a GPU's), or for
+    its loss (recorded, class "node lost", not counted); a GPU's new hardware XID during the job (gpu_watch.py). A
+    rank's own failure is the application's, and is not recorded."""
+    found = []
+    for host, why in replaced.items():
+        klass = "gpu" if why.get("hardware_fault") else "node lost"
+        found.append(record(host, "fault", "replaced by %s: %s" % (why.get("by"), why.get("why")), job, klass,
+                            at=why.get("at") or at))
+    for result in results:
+        host = str(result.get("host"))
+        if result.get("gpu_fault") and host not in replaced:
+            found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=at))
+    return found
+
+
+def _since_release(records: Iterable[Mapping[str, Any]], node: str) -> list[Mapping[str, Any]]:
+    mine: list[Mapping[str, Any]] = []
+    for entry in records:
+        if entry.get("node") != node:
+            continue
+        if entry.get("kind") == "release":
+            mine = []
+        else:
+            mine.append(entry)
+    return mine
+
+
+def counted(records: Iterable[Mapping[str, Any]], node: str, window_s: float, now: float | None = None
+            ) -> list[Mapping[str, Any]]:
+    """The node's hardware faults within the window, since its last release."""
+    now = time.time() if now is None else now
+    return [entry for entry in _since_release(records, node)
+            if entry.get("class") in HARDWARE_CLASSES and now - float(entry.get("at") or 0) <= window_s]
+
+
+def quarantined(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
+                now: float | None = None) -> dict[str, list[Mapping[str, Any]]]:
+    """Each of these nodes that is quarantined, with the faults that put it there."""
+    found = {}
+    for node in nodes:
+        faults = counted(records, str(node), window_s, now)
+        if len(faults) >= after:
+            found[str(node)] = faults
+    return found
+
+
+def story(faults: Sequence[Mapping[str, Any]]) -> str:
+    return "; ".join("%s%s: %s" % (entry.get("time"), " (job %s)" % entry["job"] if entry.get("job") else "",
+                                   entry.get("fact")) for entry in faults)
+
+
+def refusal(node: str, faults: Sequence[Mapping[str, Any]], window: str, path: str) -> str:
+    return ("%s is quarantined: %d hardware faults within %s (%s); mend it, then return it to service with "
+            "ansible-playbook -i <inventory> gpufleet.cluster.fleet -e release=%s (the history: %s)"
+            % (node, len(faults), window, story(faults), node, path))
+
+
+def warnings(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float, window: str,
+             now: float | None = None) -> list[str]:
+    """What to say of each node with hardware faults in the window, short of quarantine."""
+    said = []
+    for node in nodes:
+        faults = counted(records, str(node), window_s, now)
+        if 0 < len(faults) < after:
+            said.append("%s has had %d hardware fault(s) within %s (%d quarantine it): %s" % (
+                node, len(faults), window, after, story(faults)))
+    return said
+
+
+def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable[str], after: int, window_s: float,
+            now: float | None = None) -> dict[str, Any]:
+    """The release record of a quarantined node of the inventory, or HistoryError saying why it cannot be released."""
+    if node not in list(inventory):
+        raise HistoryError("release=%s: no such node in the inventory" % node)
+    if node not in quarantined(records, [node], after, window_s, now):
+        faults = len(counted(records, node, window_s, now))
+        raise HistoryError("release=%s: the node is not quarantined (%d hardware fault(s) within the window, %d "
+                           "quarantine it); nothing was recorded" % (node, faults, after))
+    return record(node, "release", "returned to service", at=now)
+
+
+def standing(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
+             now: float | None = None) -> dict[str, dict[str, Any]]:
+    """Per node: in service or quarantined, the hardware faults counted, and its last record of any kind."""
+    found = {}
+    for node in nodes:
+        faults = counted(records, node, window_s, now)
+        last = next((entry for entry in reversed(records) if entry.get("node") == node), None)
+        found[node] = {"state": "quarantined" if len(faults) >= after else "in service", "faults": faults,
+                       "last": dict(last) if last else None}
+    return found
+
+
+def standing_table(found: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [["node", "state", "faults", "last record"]]
+    for node, entry in found.items():
+        last = entry.get("last")
+        rows.append([node, entry["state"], str(len(entry["faults"])),
+                     "-" if not last else "%s %s: %s" % (last.get("time"), last.get("kind"), last.get("fact"))])
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
