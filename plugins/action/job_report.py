@@ -36,6 +36,22 @@ def _write_timeline(logs_dir: str, results: list[dict]) -> str:
     return path
 
 
+def _record_faults(logs_root: str, job: str, results: list[dict]) -> None:
+    """Append the faults the results show that the fleet's history does not hold yet; a history that cannot be read
+    is said, and left as it is."""
+    path = history.path_of(logs_root)
+    try:
+        faults = history.not_yet_recorded(history.read(path), history.job_faults(job, results,
+                                                                                 report.replacements(results)))
+    except history.HistoryError as exc:
+        display.warning("the job's faults were not recorded: %s" % exc)
+        return
+    history.append(path, faults)
+    if faults:
+        display.display("Recorded in the fleet's history (%s): %s" % (path, "; ".join(
+            "%s: %s" % (fault["node"], fault["fact"]) for fault in faults)))
+
+
 class ActionModule(ActionBase):
     """Runs once, on the controller, after every node's result is known."""
 
@@ -77,12 +93,7 @@ class ActionModule(ActionBase):
         if replaced:
             display.display("Spares: %s" % replaced)
         if args.get("logs_dir"):  # the nodes' faults, in the fleet's history (history.py: quarantine)
-            faults = history.job_faults(job, results, report.replacements(results))
-            path = history.path_of(os.path.dirname(str(args["logs_dir"])))
-            history.append(path, faults)
-            if faults:
-                display.display("Recorded in the fleet's history (%s): %s" % (path, "; ".join(
-                    "%s: %s" % (fault["node"], fault["fact"]) for fault in faults)))
+            _record_faults(os.path.dirname(str(args["logs_dir"])), job, results)
         message = report.failure_message(job, results)
         recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
         if recorder["said"]:

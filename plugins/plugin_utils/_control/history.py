@@ -98,10 +98,21 @@ def append(path: str, records: Sequence[Mapping[str, Any]]) -> None:
 
 
 def record(node: str, kind: str, fact: str, job: str = "", klass: str = "", gpu: str = "",
-           at: float | None = None) -> dict[str, Any]:
+           at: float | None = None, run: str = "") -> dict[str, Any]:
     at = time.time() if at is None else float(at)
     return {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at)), "at": round(at, 3), "node": str(node),
-            "kind": kind, "class": klass, "gpu": gpu, "fact": fact, "job": job}
+            "kind": kind, "class": klass, "gpu": gpu, "fact": fact, "job": job, "run": run}
+
+
+def _key(entry: Mapping[str, Any]) -> tuple:
+    return (entry.get("node"), entry.get("kind"), entry.get("job"), entry.get("run"), entry.get("fact"))
+
+
+def not_yet_recorded(records: Iterable[Mapping[str, Any]], found: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The faults of found that the history does not hold yet: a job's report read again (stop.yml after train.yml,
+    on the same run) records nothing twice."""
+    held = {_key(entry) for entry in records}
+    return [dict(entry) for entry in found if _key(entry) not in held]
 
 
 def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping[str, Mapping[str, Any]],
@@ -109,15 +120,18 @@ def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping
     """The faults a job's results show, one per node: a spare took its place for a hardware fault (a GPU's), or for
     its loss (recorded, class "node lost", not counted); a GPU's new hardware XID during the job (gpu_watch.py). A
     rank's own failure is the application's, and is not recorded."""
+    results = list(results)
+    run = next((str(result["run_id"]) for result in results if result.get("run_id")), "")
     found = []
     for host, why in replaced.items():
         klass = "gpu" if why.get("hardware_fault") else "node lost"
         found.append(record(host, "fault", "replaced by %s: %s" % (why.get("by"), why.get("why")), job, klass,
-                            at=why.get("at") or at))
+                            at=why.get("at") or at, run=run))
     for result in results:
         host = str(result.get("host"))
         if result.get("gpu_fault") and host not in replaced:
-            found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=at))
+            found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=result.get("ended_at") or at,
+                                run=run))
     return found
 
 

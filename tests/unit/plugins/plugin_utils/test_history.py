@@ -101,3 +101,12 @@ def test_the_standing_table_has_a_line_per_node():
     assert table[0].split() == ["node", "state", "faults", "last", "record"]
     assert table[2].split()[:3] == ["node1", "in", "service"] and table[2].split()[-1] == "-"
     assert table[3].split()[:3] == ["node7", "quarantined", "3"]
+
+
+def test_a_report_read_again_records_nothing_twice_but_a_new_run_of_the_same_job_does():
+    results = [{"host": "node1", "gpu_fault": XID, "run_id": "r1", "ended_at": NOW}]
+    first = history.job_faults("llm", results, {})
+    assert first[0]["run"] == "r1" and first[0]["at"] == NOW
+    assert history.not_yet_recorded(first, history.job_faults("llm", results, {})) == []  # stop.yml after train.yml
+    again = history.job_faults("llm", [dict(results[0], run_id="r2")], {})
+    assert history.not_yet_recorded(first, again) == again
