@@ -32,8 +32,7 @@ class ActionModule(ActionBase):
         nodes = [str(node) for node in args["nodes"]]
         window = str(args["quarantine_window"])
         try:
-            after, window_s = history.quarantine_after(args["quarantine_after"]), history.window_seconds(window)
-            records = history.read(path)
+            records, after, window_s = history.load(path, args["quarantine_after"], window)
             released = history.release(records, str(args["release"]), nodes, after, window_s) if args["release"] else None
         except history.HistoryError as exc:
             result.update(failed=True, msg=str(exc), history=path)

@@ -169,15 +169,15 @@ class ActionModule(ActionBase):
             ("window", "gpufleet_quarantine_window", history.DEFAULT_WINDOW))}
         path = history.path_of(logs_dir)
         try:
-            after, window_s = history.quarantine_after(settings["after"]), history.window_seconds(settings["window"])
-            records = history.read(path)
+            records, after, window_s = history.load(path, settings["after"], settings["window"])
         except history.HistoryError as exc:
             raise plan.PlanError(str(exc)) from exc
-        held = history.quarantined(records, hosts, after, window_s)
+        found = history.standing(records, hosts, after, window_s)
+        held = history.quarantined(found)
         if held:
             raise plan.PlanError("; ".join(history.refusal(node, faults, str(settings["window"]), path)
                                            for node, faults in held.items()))
-        return history.warnings(records, hosts, after, window_s, str(settings["window"]))
+        return history.warnings(found, after, str(settings["window"]))
 
     def _plan(self, args: dict, task_vars: dict) -> dict:
         groups = task_vars.get("groups", {})

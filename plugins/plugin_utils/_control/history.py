@@ -27,6 +27,7 @@ HISTORY_FILE = "history.jsonl"
 # The classes of fault that count toward quarantine: the node's hardware.
 HARDWARE_CLASSES = ("gpu", "network")
 KINDS = ("fault", "release")
+QUARANTINED, IN_SERVICE = "quarantined", "in service"
 DEFAULT_AFTER = 3
 DEFAULT_WINDOW = "7d"
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -59,6 +60,11 @@ def quarantine_after(value: Any) -> int:
     if count < 1:
         raise HistoryError("gpufleet_quarantine_after=%r is not a whole number of 1 or more" % (value,))
     return count
+
+
+def load(path: str, after: Any, window: Any) -> tuple[list[dict[str, Any]], int, float]:
+    """The history's records with the quarantine settings checked: (records, after, window in seconds)."""
+    return read(path), quarantine_after(after), window_seconds(window)
 
 
 def read(path: str) -> list[dict[str, Any]]:
@@ -155,15 +161,9 @@ def counted(records: Iterable[Mapping[str, Any]], node: str, window_s: float, no
             if entry.get("class") in HARDWARE_CLASSES and now - float(entry.get("at") or 0) <= window_s]
 
 
-def quarantined(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
-                now: float | None = None) -> dict[str, list[Mapping[str, Any]]]:
-    """Each of these nodes that is quarantined, with the faults that put it there."""
-    found = {}
-    for node in nodes:
-        faults = counted(records, str(node), window_s, now)
-        if len(faults) >= after:
-            found[str(node)] = faults
-    return found
+def quarantined(found: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Each node of a standing() that is quarantined, with the faults that put it there."""
+    return {node: list(entry["faults"]) for node, entry in found.items() if entry["state"] == QUARANTINED}
 
 
 def story(faults: Sequence[Mapping[str, Any]]) -> str:
@@ -177,16 +177,11 @@ def refusal(node: str, faults: Sequence[Mapping[str, Any]], window: str, path: s
             % (node, len(faults), window, story(faults), node, path))
 
 
-def warnings(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float, window: str,
-             now: float | None = None) -> list[str]:
-    """What to say of each node with hardware faults in the window, short of quarantine."""
-    said = []
-    for node in nodes:
-        faults = counted(records, str(node), window_s, now)
-        if 0 < len(faults) < after:
-            said.append("%s has had %d hardware fault(s) within %s (%d quarantine it): %s" % (
-                node, len(faults), window, after, story(faults)))
-    return said
+def warnings(found: Mapping[str, Mapping[str, Any]], after: int, window: str) -> list[str]:
+    """What to say of each node of a standing() with hardware faults in the window, short of quarantine."""
+    return ["%s has had %d hardware fault(s) within %s (%d quarantine it): %s" % (
+        node, len(entry["faults"]), window, after, story(entry["faults"]))
+        for node, entry in found.items() if entry["state"] != QUARANTINED and entry["faults"]]
 
 
 def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable[str], after: int, window_s: float,
@@ -194,21 +189,22 @@ def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable
     """The release record of a quarantined node of the inventory, or HistoryError saying why it cannot be released."""
     if node not in list(inventory):
         raise HistoryError("release=%s: no such node in the inventory" % node)
-    if node not in quarantined(records, [node], after, window_s, now):
-        faults = len(counted(records, node, window_s, now))
+    entry = standing(records, [node], after, window_s, now)[node]
+    if entry["state"] != QUARANTINED:
         raise HistoryError("release=%s: the node is not quarantined (%d hardware fault(s) within the window, %d "
-                           "quarantine it); nothing was recorded" % (node, faults, after))
+                           "quarantine it); nothing was recorded" % (node, len(entry["faults"]), after))
     return record(node, "release", "returned to service", at=now)
 
 
 def standing(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
              now: float | None = None) -> dict[str, dict[str, Any]]:
-    """Per node: in service or quarantined, the hardware faults counted, and its last record of any kind."""
+    """Per node: in service or quarantined (where it is decided: ``after`` hardware faults counted), the faults
+    counted, and its last record of any kind."""
     found = {}
     for node in nodes:
         faults = counted(records, node, window_s, now)
         last = next((entry for entry in reversed(records) if entry.get("node") == node), None)
-        found[node] = {"state": "quarantined" if len(faults) >= after else "in service", "faults": faults,
+        found[node] = {"state": QUARANTINED if len(faults) >= after else IN_SERVICE, "faults": faults,
                        "last": dict(last) if last else None}
     return found
 

@@ -52,6 +52,7 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
     +cu128) must agree across every node, since their ranks meet in one group."""
     problems = []
     gpu_hosts = [host for host, facts in results.items() if int(facts.get("gpu_count") or 0) > 0]
+    differ = set()
     for field in FIELDS:
         if field == "gpu_count":
             continue
@@ -59,8 +60,9 @@ def stack_problems(results: Mapping[str, Mapping[str, Any]], expected_gpus: Mapp
         for host in gpu_hosts:
             values.setdefault(_show(results[host].get(field)), []).append(host)
         if len(values) > 1:
+            differ.add(field)
             problems.append(_differ(TITLES[field], values))
-    if len(gpu_hosts) < len(results) and not any(problem.startswith("the nodes' torch") for problem in problems):
+    if len(gpu_hosts) < len(results) and "torch" not in differ:  # torch said once
         versions: dict[str, list[str]] = {}
         for host, facts in results.items():
             versions.setdefault(_show(facts.get("torch")).split("+", 1)[0], []).append(host)

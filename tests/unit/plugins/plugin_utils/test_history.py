@@ -34,21 +34,21 @@ def test_a_job_records_hardware_faults_and_lost_nodes_but_not_the_application_s_
 def test_three_hardware_faults_in_the_window_quarantine_and_a_release_returns_the_node():
     records = [fault("node7", 6), fault("node7", 3), fault("node7", 1, klass="node lost"), fault("node1", 1)]
     window = history.window_seconds("7d")
-    assert history.quarantined(records, ["node7", "node1"], 3, window, NOW) == {}
-    assert history.warnings(records, ["node7"], 3, window, "7d", NOW)[0].startswith(
+    assert history.quarantined(history.standing(records, ["node7", "node1"], 3, window, NOW)) == {}
+    assert history.warnings(history.standing(records, ["node7"], 3, window, NOW), 3, "7d")[0].startswith(
         "node7 has had 2 hardware fault(s) within 7d (3 quarantine it): ")
     records.append(fault("node7", 0, klass="network"))
-    held = history.quarantined(records, ["node7", "node1"], 3, window, NOW)
+    held = history.quarantined(history.standing(records, ["node7", "node1"], 3, window, NOW))
     assert list(held) == ["node7"] and len(held["node7"]) == 3
     said = history.refusal("node7", held["node7"], "7d", "/logs/history.jsonl")
     assert said.startswith("node7 is quarantined: 3 hardware faults within 7d (")
     assert "(job j): " + XID in said and "-e release=node7" in said and "/logs/history.jsonl" in said
     # Older than the window: not counted.
-    assert history.quarantined(records, ["node7"], 3, history.window_seconds("2d"), NOW) == {}
+    assert history.quarantined(history.standing(records, ["node7"], 3, history.window_seconds("2d"), NOW)) == {}
     released = history.release(records, "node7", ["node1", "node7"], 3, window, NOW)
     assert released["kind"] == "release" and released["node"] == "node7"
     records.append(released)
-    assert history.quarantined(records, ["node7"], 3, window, NOW) == {}
+    assert history.quarantined(history.standing(records, ["node7"], 3, window, NOW)) == {}
     assert history.standing(records, ["node7"], 3, window, NOW)["node7"]["state"] == "in service"
 
 
