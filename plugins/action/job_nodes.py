@@ -10,16 +10,40 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, history, port_health
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_plan
 
+display = Display()
+
+
+def record_gate_faults(plan: Mapping[str, Any], faults: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Append the gate's findings of the nodes' hardware to the fleet's history, each once for as long as it stands
+    on the node (history.standing_faults); a history that cannot be read is said, and left as it is."""
+    if not faults or not plan.get("logs_dir"):
+        return []
+    path = history.path_of(str(plan["logs_dir"]))
+    found = [history.record(fault["node"], "fault", fault["fact"], str(plan.get("job") or ""), fault["class"],
+                            fault["gpu"], run=str(plan.get("run_id") or "")) for fault in faults]
+    try:
+        new = history.standing_faults(history.read(path), found)
+    except history.HistoryError as exc:
+        display.warning("the health gate's findings were not recorded: %s" % exc)
+        return []
+    history.append(path, new)
+    if new:
+        display.display("Recorded in the fleet's history (%s): %s" % (
+            path, "; ".join("%s%s: %s" % (f["node"], " " + f["gpu"] if f["gpu"] else "", f["fact"]) for f in new)))
+    return new
+
 
 class ActionModule(ActionBase):
     """Reads every node's probe (given, by host) and its settings (its host variables) and returns what they
-    decide; changes nothing."""
+    decide; changes nothing on the nodes (the fleet's history, on the controller, gets the gate's hardware
+    findings)."""
 
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -54,5 +78,6 @@ class ActionModule(ActionBase):
                                           allow_busy=bool(args["allow_busy_gpus"]), xid_check_required=xid_check,
                                           ib_rate=ib_rate)
         decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
-        result.update(changed=False, decided=decided.as_dict())
+        recorded = [] if self._task.check_mode else record_gate_faults(plan, decided.gate_faults)
+        result.update(changed=False, decided=decided.as_dict(), recorded=recorded)
         return result

@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Filters gpufleet.cluster.slurm_conf and gpufleet.cluster.gres_conf: Slurm's configuration files for the nodes."""
+"""Filters gpufleet.cluster.slurm_conf, gpufleet.cluster.gres_conf and gpufleet.cluster.slurm_health_check: Slurm's
+configuration files for the nodes, and its HealthCheckProgram."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_program, slurm_health
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import slurm
 
 DOCUMENTATION = r"""
@@ -25,6 +27,10 @@ description:
     C(slurmd -C) said too little.
   - C(gres_conf) renders one node's gres.conf from the same node dict (its input), one C(File=/dev/nvidia<i>)
     line per GPU; it takes no options.
+  - C(slurm_health_check) renders Slurm's C(HealthCheckProgram) for a node, its input the node's python3 (a path) -
+    the launch's GPU and network port health gate as one program with nothing of the collection installed, which
+    drains the node it refuses with the fault as reason (C(plugins/plugin_utils/_control/slurm_health.py)); it
+    takes no options.
 options:
   _input:
     description: One dict per node, in inventory order, with C(name), C(hostname), C(address), C(slurmd_c) (the
@@ -97,8 +103,12 @@ def gres_conf(item: dict[str, Any]) -> str:
     return slurm.gres_conf(node)
 
 
+def slurm_health_check(python: str) -> str:
+    return node_program.source(slurm_health, python=str(python or "/usr/bin/python3"))
+
+
 class FilterModule:
     """gpufleet.cluster filters."""
 
     def filters(self) -> dict:
-        return {"slurm_conf": slurm_conf, "gres_conf": gres_conf}
+        return {"slurm_conf": slurm_conf, "gres_conf": gres_conf, "slurm_health_check": slurm_health_check}

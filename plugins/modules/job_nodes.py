@@ -21,8 +21,11 @@ description:
     the job is still running and the refusal unless O(force), each node's number of ranks (C(nproc_per_node),
     else the host's C(gpufleet_gpus), else the GPUs its probe found), the world size, the rendezvous and relaunch
     ports, and under C(scheduler=slurm) what the job asks of Slurm's nodes (from O(slurm_answer)).
-  - Changes nothing and fails on nothing itself; the role reports each node's problem on its host, then the
-    job-wide refusal.
+  - Changes nothing on the nodes and fails on nothing itself; the role reports each node's problem on its host,
+    then the job-wide refusal.
+  - Appends the gate's findings of the nodes' hardware (a GPU's fault, a network port down, degraded or with error
+    counters rising) to the fleet's history (C(<logs_dir>/history.jsonl) of the plan), each once for as long as it
+    stands on the node, for quarantine (M(gpufleet.cluster.fleet_history)); not in check mode.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -153,4 +156,15 @@ decided:
     spare_problems:
       description: Why each other spare of the plan is left out (its first problem, read as a node's), by host.
       type: dict
+    gate_faults:
+      description:
+        - The gate's findings of the nodes' hardware that the fleet's history counts - C(node), C(class) (C(gpu) or
+          C(network)), C(gpu) (the GPU or port) and C(fact).
+      type: list
+      elements: dict
+recorded:
+  description: The fault records appended to the fleet's history (those of RV(decided.gate_faults) not already standing).
+  returned: success
+  type: list
+  elements: dict
 """

@@ -37,13 +37,19 @@ RENDEZVOUS_PORTS = range(29500, 30000)
 @pytest.fixture(autouse=True)
 def _known_state(request):
     """Each cluster test starts with no process of any job on any node and the rendezvous ports free, and leaves
-    it so: a test that leaves a job's process behind fails in its teardown, showing what it left."""
+    it so: a test that leaves a job's process behind fails in its teardown, showing what it left. The fleet's
+    history the playbooks keep on the controller (logs/history.jsonl) is each test's own: the faults one test
+    injects (a stand-in GPU's XID, a port set down) are recorded there, and must not quarantine a node for the
+    next."""
     if "cluster" not in request.fixturenames:
         yield
         return
     cluster = request.getfixturevalue("cluster")
     _settle(cluster, "before %s" % request.node.name)
     yield
+    history = os.path.join(cluster.state, "logs", "history.jsonl")
+    if os.path.exists(history):
+        os.remove(history)
     _settle(cluster, "after %s" % request.node.name, wait_s=20)
 
 

@@ -23,9 +23,11 @@ import gpu_standin
 import testbed
 from bounds import report as report_bound
 from harness import REPO, Cluster
+from hostview import wait_until
 from jobfaults import FAULTY, train, wait_for, wait_gone, wait_training
 
-ARGS = ("-e", "slurm_enabled=true", "--tags", "slurm")
+# slurmd runs gpufleet's health check every 5 s here (300 s by default), so that a test sees it act.
+ARGS = ("-e", "slurm_enabled=true", "-e", "slurm_health_check_interval=5", "--tags", "slurm")
 
 
 @pytest.fixture(scope="module")
@@ -421,3 +423,37 @@ def test_a_node_whose_gpu_raises_an_xid_during_a_slurm_job_is_drained_with_it_as
         slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=RESUME")
         for node in slurm_cluster.nodes:
             slurm_cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
+
+
+def _node(slurm_cluster, name):
+    return slurm_cluster.node_exec("node7", "scontrol", "--oneliner", "show", "node", name).stdout.decode()
+
+
+def test_slurm_s_health_check_drains_a_node_whose_gpu_reports_uncorrectable_ecc_and_resumes_it(slurm_cluster,
+                                                                                               slurm_runs):
+    """slurmd runs gpufleet's HealthCheckProgram (the launch's gate as one program, roles/slurm) on every node: node8
+    (which calls itself gpu-b08) gets two stand-in GPUs, one with uncorrectable ECC errors, and is drained with the
+    fault as reason, with no playbook running; Slurm places nothing there; once its GPUs are healthy the program
+    resumes it. What this does not check: a real GPU (no NVIDIA hardware here)."""
+    assert slurm_runs["converge"].rc == 0
+    conf = slurm_cluster.node_exec("node9", "cat", "/etc/slurm/slurm.conf").stdout.decode()
+    assert "HealthCheckProgram=/usr/local/sbin/gpufleet-health-check\nHealthCheckInterval=5\n" \
+           "HealthCheckNodeState=ANY\n" in conf, conf
+    reason = "gpufleet health: GPU 1 (0000:19:00.0): 2 uncorrectable ECC errors since the driver loaded"
+    gpu_standin.install("node8", {"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]})
+    try:
+        shown = wait_until(lambda: (lambda text: text if "DRAIN" in text else None)(_node(slurm_cluster, "node8")),
+                           60, "node8 drained by slurmd's health check",
+                           explain=lambda: _node(slurm_cluster, "node8") + slurm_cluster.node_exec(
+                               "node8", "tail", "-5", "/var/log/gpufleet-health-check.log").stdout.decode())
+        assert "Reason=%s [root@" % reason in shown, shown
+        step = slurm_cluster.node_exec("node7", "srun", "--nodes=3", "--immediate=5", "hostname")
+        assert step.returncode != 0, "Slurm placed a step on the drained node8"
+        gpu_standin.write_state("node8", {"gpus": [{}, {}]})
+        wait_until(lambda: "DRAIN" not in _node(slurm_cluster, "node8"), 60, "node8 resumed by the health check",
+                   explain=lambda: _node(slurm_cluster, "node8"))
+    finally:
+        gpu_standin.remove("node8")
+        slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node8", "State=RESUME")
+    log = slurm_cluster.node_exec("node8", "cat", "/var/log/gpufleet-health-check.log").stdout.decode()
+    assert "node8: drained: %s" % reason in log and "node8: passed, resumed" in log, log[-3000:]

@@ -30,6 +30,14 @@ class Finding:
     gpu: str
     fact: str
     fix: str
+    # Whether the fleet's history counts it as a fault of the node's hardware (plugin_utils/_control/history.py):
+    # None reads as ``refuse``; False for a refusal of a setting or of a use (a GPU held by another process), True
+    # for a warning that says the hardware is failing (a port's degraded link or rising error counters).
+    hardware: bool | None = None
+
+    @property
+    def counts(self) -> bool:
+        return self.refuse if self.hardware is None else self.hardware
 
     def message(self, host: str) -> str:
         return "%s%s: %s; %s" % (host, " " + self.gpu if self.gpu else "", self.fact, self.fix)
@@ -153,7 +161,7 @@ def _busy(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]:
         found.append(Finding(True, gpu_label(gpu), "is held by another process: pid %d (%s, %s%s)" % (
             process["pid"], process.get("user") or "user unknown", process.get("command") or "?",
             ", %d MiB" % memory if memory is not None else ""),
-            "stop that process, or launch with -e allow_busy_gpus=true to share the GPU"))
+            "stop that process, or launch with -e allow_busy_gpus=true to share the GPU", hardware=False))
     return found
 
 
@@ -240,12 +248,13 @@ def _imex(health: Mapping[str, Any]) -> list[Finding]:
         return [Finding(True, "", "NVIDIA IMEX is %s on a multi-node NVLink node (GB200/GB300 NVL): CUDA cannot share "
                         "GPU memory across the NVLink domain, and NCCL would go between the trays over the network"
                         % state, "start it (systemctl status nvidia-imex; its log /var/log/nvidia-imex.log; every node "
-                        "of the domain in /etc/nvidia-imex/nodes_config.cfg), or provision.yml --tags nvidia_imex")]
+                        "of the domain in /etc/nvidia-imex/nodes_config.cfg), or provision.yml --tags nvidia_imex",
+                        hardware=False)]
     if not imex.get("channels"):
         return [Finding(True, "", "NVIDIA IMEX runs but the node has no IMEX channel (/dev/nvidia-caps-imex-channels "
                         "is empty): CUDA's fabric memory calls fail with a permission error",
                         "provision.yml --tags nvidia_imex creates channel 0 (nvidia_imex_channel0), or create one as "
-                        "the IMEX guide's \"IMEX Channels\" shows")]
+                        "the IMEX guide's \"IMEX Channels\" shows", hardware=False)]
     return []
 
 
@@ -302,12 +311,12 @@ def _kernel_log(health: Mapping[str, Any], settings: GateSettings) -> list[Findi
     where = str(health.get("kernel_log") or "")
     if where.startswith("invalid: "):
         return [Finding(True, "", "%s: %s" % (KERNEL_LOG_VARIABLE, where[len("invalid: "):]),
-                        "point it at /dev/kmsg (the default) or at a file in /dev/kmsg's record format")]
+                        "point it at /dev/kmsg (the default) or at a file in /dev/kmsg's record format", hardware=False)]
     if where.startswith("unreadable"):
         return [Finding(settings.xid_check_required, "", "XIDs were not checked: the kernel log is %s" % where,
                         "run as a user who may read /dev/kmsg or the kernel's journal (root, or the adm or "
                         "systemd-journal group)%s" % ("" if settings.xid_check_required else "; %s=true refuses such "
-                                                      "a node instead" % XID_CHECK_VARIABLE))]
+                                                      "a node instead" % XID_CHECK_VARIABLE), hardware=False)]
     return []
 
 
@@ -343,7 +352,7 @@ def judge(health: Mapping[str, Any], acknowledged: Any = None, expected: Any = N
         since = acknowledgement_time(acknowledged)
     except ValueError:
         return [Finding(True, "", "%s=%r is not a date and time" % (ACK_VARIABLE, acknowledged),
-                        "write one such as 2026-11-25T10:02:12+00:00")]
+                        "write one such as 2026-11-25T10:02:12+00:00", hardware=False)]
     required = str(xid_check_required).strip().lower() in ("1", "true", "yes", "on")
     settings = GateSettings(expected=int(expected) if str(expected or "").isdigit() else None, used=used,
                             allow_busy=allow_busy, acknowledged_before=since, job_running=job_running,

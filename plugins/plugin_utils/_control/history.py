@@ -6,13 +6,16 @@
 
 The controller keeps one append-only file of JSON lines, ``<gpufleet_logs_dir>/history.jsonl``: one line per fault
 gpufleet saw on a node (a GPU's hardware XID during a job, a spare taking a node's place for a hardware fault, a
-node lost) and per release of a quarantined node. A line is never rewritten; a line that is not a JSON object with
-a node and a kind is refused, naming the file and the line, and the file is left as it is.
+node lost, a hung job's likely rank, the health gate's finding of a node's hardware at a launch or in health.yml),
+per health check of a node (health.yml: its result, GPUs and driver) and per release of a quarantined node. A line
+is never rewritten; a line that is not a JSON object with a node and a kind is refused, naming the file and the
+line, and the file is left as it is.
 
 A node is quarantined when ``after`` faults of a hardware class (a GPU's or a network port's) fell within
-``window`` seconds before now, after its last release: train.yml refuses a job on it, naming its history. A node
-lost (a reboot, a network blip) and an application's own failure are recorded or not counted: they do not say the
-node is bad. Pure functions and one file."""
+``window`` seconds before now, after its last release: train.yml places a spare in its place (stand_in), or refuses
+the job naming its history. A node lost (a reboot, a network blip) or named by a hang's stacks, and an
+application's own failure, are recorded or not counted: they do not say the node is bad. Pure functions and one
+file."""
 
 from __future__ import annotations
 
@@ -23,10 +26,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.tables import text_table
+
 HISTORY_FILE = "history.jsonl"
 # The classes of fault that count toward quarantine: the node's hardware.
 HARDWARE_CLASSES = ("gpu", "network")
-KINDS = ("fault", "release")
+KINDS = ("fault", "release", "check")
 QUARANTINED, IN_SERVICE = "quarantined", "in service"
 DEFAULT_AFTER = 3
 DEFAULT_WINDOW = "7d"
@@ -86,8 +91,8 @@ def read(path: str) -> list[dict[str, Any]]:
             raise HistoryError("the fleet's history %s, line %d, is not JSON (%s): %s; it was left as it is: mend or "
                                "remove that line" % (path, number, exc, line[:120])) from exc
         if not isinstance(record, dict) or not record.get("node") or record.get("kind") not in KINDS:
-            raise HistoryError("the fleet's history %s, line %d, is not a record with a node and a kind (fault or "
-                               "release): %s; it was left as it is: mend or remove that line" % (path, number, line[:120]))
+            raise HistoryError("the fleet's history %s, line %d, is not a record with a node and a kind (fault, "
+                               "release or check): %s; it was left as it is: mend or remove that line" % (path, number, line[:120]))
         records.append(record)
     return records
 
@@ -110,6 +115,29 @@ def record(node: str, kind: str, fact: str, job: str = "", klass: str = "", gpu:
             "kind": kind, "class": klass, "gpu": gpu, "fact": fact, "job": job, "run": run}
 
 
+def check(node: str, result: str, fact: str, gpus: int | None = None, driver: str = "",
+          at: float | None = None) -> dict[str, Any]:
+    """A health check's record: its result (passed, warned or refused), what it found, the GPUs and driver seen."""
+    return dict(record(node, "check", fact, at=at), result=result, gpus=gpus, driver=driver)
+
+
+def standing_faults(records: Iterable[Mapping[str, Any]], found: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The faults of found that the node does not already have on record since its last release with the same
+    class, GPU and fact: a fault that stays until it is mended (a pending row remap, an XID not yet acknowledged)
+    is one fault, however many launches or health checks see it again."""
+    records = list(records)
+    held: set[tuple] = set()
+    new = []
+    for entry in found:
+        key = (entry.get("node"), entry.get("class"), entry.get("gpu"), entry.get("fact"))
+        if key in held or any((old.get("kind"), old.get("class"), old.get("gpu"), old.get("fact")) ==
+                              ("fault",) + key[1:] for old in _since_release(records, str(entry.get("node")))):
+            continue
+        held.add(key)
+        new.append(dict(entry))
+    return new
+
+
 def _key(entry: Mapping[str, Any]) -> tuple:
     return (entry.get("node"), entry.get("kind"), entry.get("job"), entry.get("run"), entry.get("fact"))
 
@@ -122,10 +150,12 @@ def not_yet_recorded(records: Iterable[Mapping[str, Any]], found: Iterable[Mappi
 
 
 def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping[str, Mapping[str, Any]],
-               at: float | None = None) -> list[dict[str, Any]]:
+               at: float | None = None, hung: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:
     """The faults a job's results show, one per node: a spare took its place for a hardware fault (a GPU's), or for
-    its loss (recorded, class "node lost", not counted); a GPU's new hardware XID during the job (gpu_watch.py). A
-    rank's own failure is the application's, and is not recorded."""
+    its loss (recorded, class "node lost", not counted); a GPU's new hardware XID during the job (gpu_watch.py); the
+    ranks the stacks of a hung job name as its likely cause (``hung``, by host: class "hang", recorded and not
+    counted, since where a rank waits says as much of the program as of the node). A rank's own failure is the
+    application's, and is not recorded."""
     results = list(results)
     run = next((str(result["run_id"]) for result in results if result.get("run_id")), "")
     found = []
@@ -138,6 +168,9 @@ def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping
         if result.get("gpu_fault") and host not in replaced:
             found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=result.get("ended_at") or at,
                                 run=run))
+    for host, ranks in (hung or {}).items():
+        found.append(record(host, "fault", "the job hung; the stacks name rank%s %s as the likely cause" % (
+            "s" if len(ranks) > 1 else "", ", ".join(str(rank) for rank in ranks)), job, "hang", at=at, run=run))
     return found
 
 
@@ -184,6 +217,30 @@ def warnings(found: Mapping[str, Mapping[str, Any]], after: int, window: str) ->
         for node, entry in found.items() if entry["state"] != QUARANTINED and entry["faults"]]
 
 
+def stand_in(nodes: Sequence[str], spares: Sequence[str], found: Mapping[str, Mapping[str, Any]], window: str,
+             path: str) -> tuple[list[str], list[str], list[str]]:
+    """The job's nodes with each quarantined node replaced, at its place in rank order, by the first spare in
+    service, and the spares left; what was done, one sentence each (a quarantined spare is left out). HistoryError
+    names every quarantined node no spare is left for, with its faults."""
+    held = quarantined(found)
+    free = [spare for spare in spares if spare not in held]
+    said = ["spare %s is quarantined and left out: %s" % (spare, story(held[spare])) for spare in spares if spare in held]
+    placed, refused = [], []
+    for rank, node in enumerate(nodes):
+        if node not in held:
+            placed.append(node)
+        elif free:
+            spare = free.pop(0)
+            placed.append(spare)
+            said.append("%s is quarantined (%d hardware faults within %s: %s); spare %s takes its place (node_rank %d)"
+                        % (node, len(held[node]), window, story(held[node]), spare, rank))
+        else:
+            refused.append(refusal(node, held[node], window, path))
+    if refused:
+        raise HistoryError("; ".join(refused) + ("; no spare in service is left to take its place" if spares else ""))
+    return placed, free, said
+
+
 def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable[str], after: int, window_s: float,
             now: float | None = None) -> dict[str, Any]:
     """The release record of a quarantined node of the inventory, or HistoryError saying why it cannot be released."""
@@ -199,23 +256,28 @@ def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable
 def standing(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
              now: float | None = None) -> dict[str, dict[str, Any]]:
     """Per node: in service or quarantined (where it is decided: ``after`` hardware faults counted), the faults
-    counted, and its last record of any kind."""
+    counted, its last fault or release (``last``) and its last health check (``last_check``)."""
     found = {}
     for node in nodes:
         faults = counted(records, node, window_s, now)
-        last = next((entry for entry in reversed(records) if entry.get("node") == node), None)
+        last = next((entry for entry in reversed(records) if entry.get("node") == node
+                     and entry.get("kind") != "check"), None)
+        checked = next((entry for entry in reversed(records) if entry.get("node") == node
+                        and entry.get("kind") == "check"), None)
         found[node] = {"state": QUARANTINED if len(faults) >= after else IN_SERVICE, "faults": faults,
-                       "last": dict(last) if last else None}
+                       "last": dict(last) if last else None, "last_check": dict(checked) if checked else None}
     return found
 
 
 def standing_table(found: Mapping[str, Mapping[str, Any]]) -> str:
-    rows = [["node", "state", "faults", "last record"]]
+    """One line per node: its standing, hardware faults counted, last health check (with the GPUs and driver it saw)
+    and last fault or release."""
+    rows = []
     for node, entry in found.items():
+        checked = entry.get("last_check") or {}
         last = entry.get("last")
         rows.append([node, entry["state"], str(len(entry["faults"])),
+                     "%s %s" % (checked["time"], checked.get("result")) if checked else "never",
+                     "-" if checked.get("gpus") is None else str(checked["gpus"]), checked.get("driver") or "-",
                      "-" if not last else "%s %s: %s" % (last.get("time"), last.get("kind"), last.get("fact"))])
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return text_table(["node", "state", "faults", "last health check", "GPUs", "driver", "last fault or release"], rows)

@@ -67,6 +67,8 @@ class NodeDecisions:
     spare_problems: dict[str, str] = field(default_factory=dict)
     # Why the port check runs or is skipped (port_check_decision), for the log; '' where it is not for this launch.
     port_check_note: str = ""
+    # The gate's findings of the nodes' hardware (node, class, gpu, fact), for the fleet's history (history.py).
+    gate_faults: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,30 +142,43 @@ def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str
     return ""
 
 
+def gate_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None
+                  ) -> dict[str, list[gpu_gate.Finding]]:
+    """The health gate's findings on the node, by class: its GPUs' ("gpu": plugin_utils/_control/gpu_gate.py), judged
+    against its settings and the ranks it runs (the GPUs its job takes; None: all), then its network ports'
+    ("network": port_health.py). A bad acknowledgement time or gpufleet_ib_rate_gbps is refused as the node's
+    finding. The one judge of a launch and of health.yml (health_check.py)."""
+    gpu = gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
+                         used=nproc, allow_busy=settings.allow_busy,
+                         job_running=bool((probe.get("job") or {}).get("running")),
+                         xid_check_required=settings.xid_check_required.get(host, False))
+    return {"gpu": gpu, "network": port_health.node_findings(probe.get("ib_ports") or {}, settings.ib_rate.get(host))}
+
+
 def gpu_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None
                  ) -> list[gpu_gate.Finding]:
-    """The health gate's findings on the node: its GPUs' (plugin_utils/_control/gpu_gate.py), judged against its settings
-    and the ranks it runs (the GPUs its job takes), then its network ports' (port_health.py). A bad acknowledgement
-    time or gpufleet_ib_rate_gbps is refused as the node's finding."""
-    found = gpu_gate.judge(probe.get("gpu_health") or {}, settings.acknowledged.get(host), settings.gpus.get(host),
-                           used=nproc, allow_busy=settings.allow_busy,
-                           job_running=bool((probe.get("job") or {}).get("running")),
-                           xid_check_required=settings.xid_check_required.get(host, False))
-    return found + port_health.node_findings(probe.get("ib_ports") or {}, settings.ib_rate.get(host))
+    """gate_findings(), the GPUs' first, then the network ports'."""
+    found = gate_findings(host, probe, settings, nproc)
+    return found["gpu"] + found["network"]
 
 
 @dataclass
 class _GpuHealth:
     """What the GPU health gate found on the nodes so far: the warnings by host, the hosts without a GPU to check,
-    and each refused host's first fault (Slurm's drain reason)."""
+    each refused host's first fault (Slurm's drain reason), and the findings of the nodes' hardware that the fleet's
+    history counts (node, class, GPU or port, fact)."""
 
     warnings: dict[str, list[str]] = field(default_factory=dict)
     no_gpu: list[str] = field(default_factory=list)
     faults: dict[str, str] = field(default_factory=dict)
+    hardware: list[dict[str, str]] = field(default_factory=list)
 
     def judge(self, host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None) -> str:
         """The node's GPU refusals, all of them, one a line (a person mends them in one visit), or ''."""
-        found = gpu_findings(host, probe, settings, nproc)
+        by_class = gate_findings(host, probe, settings, nproc)
+        self.hardware += [{"node": host, "class": klass, "gpu": finding.gpu, "fact": finding.fact}
+                          for klass, found in by_class.items() for finding in found if finding.counts]
+        found = by_class["gpu"] + by_class["network"]
         refusals = [finding for finding in found if finding.refuse]
         if refusals:
             self.faults[host] = ("%s: %s" % (refusals[0].gpu, refusals[0].fact)).lstrip(": ")
@@ -273,6 +288,6 @@ def decide(plan: Mapping[str, Any], probes: Mapping[str, Mapping[str, Any]], set
         problems=problems, running_hosts=running, refusal=refusal, nproc=nproc, slots=slots, world_size=sum(slots),
         master_port=master_port, restart_ports=restart_ports, check_ports=check_ports, port_check_note=port_note,
         slurm=allocation, gpu_warnings=health.warnings, no_gpu=health.no_gpu, spares=spares,
-        spare_problems=spare_problems,
+        spare_problems=spare_problems, gate_faults=health.hardware,
         slurm_drain=slurm_batch.drain_orders(slurm_answer, plan["nodes"], health.faults)
         if scheduler.allocates_nodes and slurm_answer is not None else [])

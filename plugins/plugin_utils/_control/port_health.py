@@ -120,7 +120,7 @@ def _slow(hca: str, port: Mapping[str, Any], best: Mapping[str, float], expected
     return Finding(False, _label(hca, port), "the link trained at %s, %s: a degraded link (lanes down, a bad cable or "
                    "transceiver) slows every collective of the job" % (said, compared),
                    "reseat or replace the cable or transceiver, then check the rate (cat /sys/class/infiniband/%s/"
-                   "ports/%d/rate)" % (hca, int(port["port"])))
+                   "ports/%d/rate)" % (hca, int(port["port"])), hardware=True)
 
 
 def _utc(seconds: float) -> str:
@@ -138,7 +138,7 @@ def _rising(hca: str, port: Mapping[str, Any], before: Mapping[str, Any] | None)
             found.append(Finding(False, _label(hca, port), "%s rose by %d since %s (%d to %d): %s"
                                  % (name, now - then, _utc(float(before["at"])), then, now, meaning),
                                  "watch it (a counter that keeps rising is a failing link: reseat or replace its "
-                                 "cable or transceiver)"))
+                                 "cable or transceiver)", hardware=True))
     return found
 
 
@@ -177,7 +177,7 @@ def node_findings(ib_ports: Mapping[str, Any], rate_value: Any) -> list[Finding]
     is the node's refusal (Finding.message names the host), for the launch's gate and verify.yml alike."""
     rate, wrong = _rate(rate_value)
     if wrong:
-        return [Finding(True, "", wrong, "correct it in the inventory")]
+        return [Finding(True, "", wrong, "correct it in the inventory", hardware=False)]
     return findings(ib_ports, rate)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.tables import text_table
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._verify import nccl_tests
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision.nvidia_packaging import upstream_version
 
@@ -27,17 +28,10 @@ def _show(value: Any) -> str:
     return "-" if value in (None, "") else str(value)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def stack_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """One line per node: GPUs, model, driver, CUDA, NCCL, torch."""
-    return _table(["node"] + [TITLES[f] for f in FIELDS],
-                  [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()])
+    return text_table(["node"] + [TITLES[f] for f in FIELDS],
+                      [[host] + [_show(facts.get(f)) for f in FIELDS] for host, facts in results.items()])
 
 
 def _differ(title: str, values: Mapping[str, list[str]]) -> str:
@@ -101,7 +95,7 @@ def health_table(findings: Mapping[str, list[gpu_gate.Finding]], results: Mappin
             rows.append([host, "-", "ok", "healthy (%d GPUs)" % len(health.get("gpus") or [])
                          if gpu_gate.has_gpus(health) else "no GPU"])
         rows += [[host, finding.gpu or "-", "refuse" if finding.refuse else "warn", finding.fact] for finding in found]
-    return _table(["node", "GPU or port", "verdict", "fact"], rows)
+    return text_table(["node", "GPU or port", "verdict", "fact"], rows)
 
 
 SERVICE_FIELDS = ("fabricmanager", "fabricmanager_state", "persistence_mode", "gpudirect_rdma")
@@ -122,7 +116,7 @@ def services_table(results: Mapping[str, Mapping[str, Any]]) -> str:
             cells[0:2] = ["not needed", "-"]
         imex = (facts.get("gpu_health") or {}).get("imex")
         rows.append([host] + cells + [imex.get("state") or "unknown" if imex else "not needed"])
-    return _table(header, rows)
+    return text_table(header, rows)
 
 
 def services_problems(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -164,7 +158,7 @@ def dcgm_table(results: Mapping[str, Mapping[str, Any]]) -> str:
         for entry in diag.get("gpus") or []:
             rows.append([host, _dcgm_entity(entry), str(entry.get("result")), ", ".join(entry.get("failed") or []),
                          ((entry.get("messages") or [""])[0])[:120]])
-    return _table(["node", "GPU or entity", "result", "not passed", "message"], rows)
+    return text_table(["node", "GPU or entity", "result", "not passed", "message"], rows)
 
 
 def dcgm_problems(results: Mapping[str, Mapping[str, Any]], required: Mapping[str, Any]) -> list[str]:

@@ -19,7 +19,8 @@ ACTIONS = [
 ]
 REQUIRED = {name: required for name, _, required in ACTIONS}
 REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}},
-                fleet_history={"logs_dir": "/tmp/r", "nodes": []}, job_export={"format": "sbatch", "script": "t.py"})
+                fleet_history={"logs_dir": "/tmp/r", "nodes": []}, health_check={"hosts": [], "logs_dir": "/tmp/r"},
+                job_export={"format": "sbatch", "script": "t.py"})
 ALL_ACTIONS = sorted(REQUIRED)
 
 

@@ -98,9 +98,14 @@ def test_the_history_is_appended_never_rewritten_and_a_bad_line_is_refused_namin
 def test_the_standing_table_has_a_line_per_node():
     records = [fault("node7", 1), fault("node7", 1), fault("node7", 1)]
     table = history.standing_table(history.standing(records, ["node1", "node7"], 3, 7 * DAY, NOW)).splitlines()
-    assert table[0].split() == ["node", "state", "faults", "last", "record"]
-    assert table[2].split()[:3] == ["node1", "in", "service"] and table[2].split()[-1] == "-"
-    assert table[3].split()[:3] == ["node7", "quarantined", "3"]
+    assert table[0].split() == ["node", "state", "faults", "last", "health", "check", "GPUs", "driver", "last",
+                                "fault", "or", "release"]
+    assert table[2].split() == ["node1", "in", "service", "0", "never", "-", "-", "-"]
+    assert table[3].split()[:4] == ["node7", "quarantined", "3", "never"]
+    # A health check is shown with what it saw, and is not the last fault.
+    records.append(history.check("node7", "refused", "GPU 0: a row remap is pending", 8, "580.95.05", at=NOW))
+    row = history.standing_table(history.standing(records, ["node7"], 3, 7 * DAY, NOW)).splitlines()[2]
+    assert " refused  8     580.95.05  " in row and row.endswith(": %s" % records[2]["fact"])
 
 
 def test_a_report_read_again_records_nothing_twice_but_a_new_run_of_the_same_job_does():
@@ -110,3 +115,24 @@ def test_a_report_read_again_records_nothing_twice_but_a_new_run_of_the_same_job
     assert history.not_yet_recorded(first, history.job_faults("llm", results, {})) == []  # stop.yml after train.yml
     again = history.job_faults("llm", [dict(results[0], run_id="r2")], {})
     assert history.not_yet_recorded(first, again) == again
+
+
+def test_a_spare_in_service_takes_a_quarantined_node_s_place_in_rank_order():
+    records = [fault("node1", day) for day in (1, 2, 3)] + [fault("spare0", day) for day in (1, 2, 3)]
+    found = history.standing(records, ["node0", "node1", "node2", "spare0", "spare1"], 3, 7 * DAY, NOW)
+    placed, left, said = history.stand_in(["node0", "node1", "node2"], ["spare0", "spare1"], found, "7d", "/h")
+    assert placed == ["node0", "spare1", "node2"] and left == []
+    assert said[0].startswith("spare spare0 is quarantined and left out: ")
+    assert said[1].startswith("node1 is quarantined (3 hardware faults within 7d: ") and said[1].endswith(
+        "); spare spare1 takes its place (node_rank 1)")
+
+
+def test_a_quarantined_node_no_spare_is_left_for_is_refused_naming_its_faults():
+    records = [fault(node, day) for node in ("node0", "node1") for day in (1, 2, 3)]
+    found = history.standing(records, ["node0", "node1", "spare0"], 3, 7 * DAY, NOW)
+    with pytest.raises(history.HistoryError) as refused:
+        history.stand_in(["node0", "node1"], ["spare0"], found, "7d", "/h")
+    said = str(refused.value)
+    assert "node1 is quarantined: 3 hardware faults within 7d (" in said and "node0 is quarantined" not in said
+    assert said.endswith("no spare in service is left to take its place")
+    assert history.stand_in(["node0"], ["spare0"], found, "7d", "/h")[:2] == (["spare0"], [])

@@ -217,7 +217,8 @@ def test_under_slurm_nothing_is_asked_of_slurm_while_a_node_has_a_problem():
 
 def test_the_decisions_are_plain_data_for_the_role():
     decided = node_plan.decide(plan(hosts=("node9",)), {"node9": master_probe()}, SETTINGS, False).as_dict()
-    assert sorted(decided) == ["check_ports", "gpu_warnings", "master_port", "no_gpu", "nproc", "port_check_note",
+    assert sorted(decided) == ["check_ports", "gate_faults", "gpu_warnings", "master_port", "no_gpu", "nproc",
+                               "port_check_note",
                                "problems", "refusal", "restart_ports", "running_hosts", "slots", "slurm", "slurm_drain",
                                "spare_problems", "spares", "world_size"]
 

@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Action gpufleet.cluster.health_check: every node's health between jobs judged by the launch's gate, and put in the
+fleet's history (plugin_utils/_control/health_check.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.gpufleet.cluster.plugins.modules import health_check as documentation
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, health_check, history, node_plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import port_health
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    """Runs once on the controller with every node's probe and DCGM diagnostic."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def _settings(self, hosts: list[str], task_vars: dict) -> node_plan.NodeSettings:
+        """Each host's settings of the gate, from its host variables (as job_nodes reads them)."""
+        found: dict[str, dict[str, Any]] = {"gpus": {}, "acknowledged": {}, "xid_check_required": {}, "ib_rate": {}}
+        for host in hosts:
+            hostvars = task_vars["hostvars"][host]
+            for key, name, default in (("gpus", "gpufleet_gpus", None), ("acknowledged", gpu_gate.ACK_VARIABLE, None),
+                                       ("xid_check_required", gpu_gate.XID_CHECK_VARIABLE, False),
+                                       ("ib_rate", port_health.RATE_VARIABLE, None)):
+                found[key][host] = self._templar.template(hostvars.get(name, default))
+        return node_plan.NodeSettings(python="", container_engine="", **found)
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        args = action_args.validated(self, documentation.DOCUMENTATION)
+        hosts = [str(host) for host in args["hosts"]]
+        path = history.path_of(os.path.abspath(os.path.expanduser(str(args["logs_dir"]))))
+        window = str(args["quarantine_window"])
+        try:
+            records, after, window_s = history.load(path, args["quarantine_after"], window)
+        except history.HistoryError as exc:
+            result.update(failed=True, msg=str(exc), history=path)
+            return result
+        checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}),
+                                    self._settings(hosts, task_vars or {}))
+        new = health_check.records(checks, records)
+        if not self._task.check_mode:
+            history.append(path, new)
+            records += new
+        standing = history.standing(records, hosts, after, window_s)
+        shown = health_check.table(checks, standing)
+        display.display("Health check of %d node(s)%s; the fleet's history: %s (hardware faults within %s, %d "
+                        "quarantine a node)\n%s" % (len(hosts), " (check mode: nothing recorded)"
+                                                    if self._task.check_mode else "", path, window, after, shown))
+        result.update(
+            changed=False, table=shown.splitlines(), history=path, refused=health_check.refusals(checks),
+            results={host: {"result": check.result, "summary": health_check.summary(check),
+                            "findings": [finding.message(host) for finding in check.all()]}
+                     for host, check in checks.items()},
+            recorded=[entry for entry in new if entry["kind"] == "fault"] if not self._task.check_mode else [],
+            quarantined=sorted(history.quarantined(standing)))
+        return result
