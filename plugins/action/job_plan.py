@@ -162,26 +162,33 @@ class ActionModule(ActionBase):
         result["changed"] = False
         return result
 
-    def _node_history(self, logs_dir: str, hosts: list[str], task_vars: dict) -> list[str]:
-        """Refuse a quarantined node of the job (a node or a spare), naming its faults; the warnings for the others'."""
+    def _node_history(self, args: dict, groups: dict, logs_dir: str, task_vars: dict
+                      ) -> tuple[list[str], str, list[str], list[str]]:
+        """The job's nodes in rank order with a spare in the place of each quarantined node, the spare group and its
+        hosts left, and what to say (the substitutions, the warnings of nodes with faults short of quarantine); a
+        quarantined node no spare can take the place of is refused, naming its faults (history.stand_in)."""
+        nodes = _nodes(args.get("group") or plan.NODE_GROUP, groups, task_vars)
+        spare_group = str(args.get("spare_group") or "gpu_spares")
+        spares = [host for host in groups.get(spare_group) or []
+                  if host not in nodes and host in task_vars.get("ansible_play_hosts_all", [])]
         settings = {name: self._templar.template(task_vars.get(variable, default)) for name, variable, default in (
             ("after", "gpufleet_quarantine_after", history.DEFAULT_AFTER),
             ("window", "gpufleet_quarantine_window", history.DEFAULT_WINDOW))}
         path = history.path_of(logs_dir)
+        window = str(settings["window"])
         try:
-            records, after, window_s = history.load(path, settings["after"], settings["window"])
+            records, after, window_s = history.load(path, settings["after"], window)
+            found = history.standing(records, nodes + spares, after, window_s)
+            placed, left, said = history.stand_in(nodes, spares, found, window, path)
         except history.HistoryError as exc:
             raise plan.PlanError(str(exc)) from exc
-        found = history.standing(records, hosts, after, window_s)
-        held = history.quarantined(found)
-        if held:
-            raise plan.PlanError("; ".join(history.refusal(node, faults, str(settings["window"]), path)
-                                           for node, faults in held.items()))
-        return history.warnings(found, after, str(settings["window"]))
+        return placed, spare_group, left, said + history.warnings({node: found[node] for node in placed + left},
+                                                                  after, window)
 
     def _plan(self, args: dict, task_vars: dict) -> dict:
         groups = task_vars.get("groups", {})
-        nodes = _nodes(args.get("group") or plan.NODE_GROUP, groups, task_vars)
+        logs_dir = os.path.abspath(os.path.expanduser(str(args.get("logs_dir") or "logs")))
+        nodes, spare_group, left, said = self._node_history(args, groups, logs_dir, task_vars)  # quarantine
         hostvars = task_vars["hostvars"]
 
         def hostvars_of(host: str) -> dict:
@@ -191,9 +198,7 @@ class ActionModule(ActionBase):
         script = args.get("script")
         layout = script_layout(script, args.get("script_dir"), plan.parse_bool(args.get("script_on_nodes", False), "script_on_nodes"))
         job = plan.validate_job_name(args.get("job") or os.path.splitext(os.path.basename(str(script)))[0])
-        run_id = plan.new_run_id()
         planned = plan.plan_nodes(nodes, hostvars_of)
-        logs_dir = os.path.abspath(os.path.expanduser(str(args.get("logs_dir") or "logs")))
         wait = plan.parse_bool(args.get("wait", True), "wait")
         # Only the names of the secret variables come here: their values never pass through a registered result.
         plan.validate_env({str(name): "" for name in args.get("secret_env_names") or []}, "gpufleet_secret_env")
@@ -205,11 +210,11 @@ class ActionModule(ActionBase):
         master_port = plan.parse_positive_int(args.get("master_port"), "master_port", maximum=65535)
         max_restarts = plan.parse_positive_int(args.get("max_restarts") or 0, "max_restarts", allow_none=False,
                                                minimum=0, maximum=100)
-        spares = _spares(str(args.get("spare_group") or "gpu_spares"), groups, task_vars, nodes, hostvars_of,
+        spares = _spares(spare_group, dict(groups, **{spare_group: left}), task_vars, nodes, hostvars_of,
                          (chosen_launcher, chosen_scheduler), max_restarts)
         return {
             "job": job,
-            "run_id": run_id,
+            "run_id": plan.new_run_id(),
             "nodes": planned,
             "hosts": [node["host"] for node in planned],
             "nnodes": len(planned),
@@ -232,8 +237,9 @@ class ActionModule(ActionBase):
             # The gang: every node's supervisor sends heartbeats to the others' addresses.
             "gang_nodes": [[node["host"], node["ip"]] for node in planned],
             **spares,
-            # The job's nodes' hardware faults in the fleet's history, short of quarantine (plugin_utils/_control/history.py).
-            "node_history": self._node_history(logs_dir, nodes + spares["spare_hosts"], task_vars),
+            # The spares that took a quarantined node's place, and the job's nodes' hardware faults in the fleet's
+            # history short of quarantine (plugin_utils/_control/history.py).
+            "node_history": said,
             "wait": wait,
             "logs_dir": logs_dir,
             "job_logs_dir": os.path.join(logs_dir, job),

@@ -41,8 +41,8 @@ def _record_faults(logs_root: str, job: str, results: list[dict]) -> None:
     is said, and left as it is."""
     path = history.path_of(logs_root)
     try:
-        faults = history.not_yet_recorded(history.read(path), history.job_faults(job, results,
-                                                                                 report.replacements(results)))
+        faults = history.not_yet_recorded(history.read(path), history.job_faults(
+            job, results, report.replacements(results), hung=report.hang_cause(results)))
     except history.HistoryError as exc:
         display.warning("the job's faults were not recorded: %s" % exc)
         return

@@ -193,10 +193,10 @@ plan:
       elements: str
     node_history:
       description:
-        - What to say of each host of the job (a node or a spare) with hardware faults in the fleet's history
-          (C(<gpufleet_logs_dir>/history.jsonl)) within C(gpufleet_quarantine_window), short of
-          C(gpufleet_quarantine_after). A host with that many is quarantined, and the plan fails naming it and its
-          faults.
+        - Which spare took the place of a quarantined node (a node with C(gpufleet_quarantine_after) hardware faults
+          in the fleet's history, C(<gpufleet_logs_dir>/history.jsonl), within C(gpufleet_quarantine_window)), and
+          what to say of each other host of the job with hardware faults short of that. Where no spare in service
+          is left for a quarantined node, the plan fails naming it and its faults.
       type: list
       elements: str
     spares_note:

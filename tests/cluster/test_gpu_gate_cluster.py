@@ -14,6 +14,7 @@ import struct
 import time
 
 import pytest
+import yaml
 
 import gpu_standin
 import jobfaults
@@ -199,3 +200,52 @@ def test_a_node_whose_gpus_are_throttled_during_the_run_is_named_a_likely_stragg
     assert os.path.exists(os.path.join(cluster.state, "logs", job, "gpus.png"))
     assert status.rc == 0 and re.search(r"node1 is a likely straggler: its clocks were held down \d+% of the run",
                                         " ".join(status.out.split())), status.out[-3000:]
+
+
+def _node2_as_spare(cluster):
+    """The cluster's inventory with node0 and node1 as the job's nodes and node2 as their spare (group gpu_spares)."""
+    with open(cluster.inventory) as handle:
+        inventory = yaml.safe_load(handle)
+    nodes = inventory["gpu_nodes"]
+    inventory["gpu_spares"] = {"hosts": {"node2": nodes["hosts"].pop("node2")}, "vars": dict(nodes["vars"])}
+    path = os.path.join(cluster.state, "spare-node2-hosts.yml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(inventory, handle)
+    return path
+
+
+def test_three_hardware_faults_over_three_launches_quarantine_a_node_and_the_spare_takes_its_place(cluster, gpus):
+    """node1's stand-in GPUs show three hardware faults, one per launch (uncorrectable ECC, a pending row remap, an
+    XID 79): each launch is refused by the gate, which records the fault in the fleet's history. The fourth launch
+    places node1's rank on the spare node2 and trains; fleet.yml shows node1 quarantined with its three faults and
+    returns it to service."""
+    inventory = _node2_as_spare(cluster)
+    at = ARGS.index("job=%s" % JOB)
+    args = ARGS[:at - 1] + ARGS[at + 1:]  # ARGS without its job: each launch names its own
+    faults = [({"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]}, [], "2 uncorrectable ECC errors"),
+              ({"gpus": [{"remapped_rows.pending": "Yes"}, {}]}, [], "a row remap is pending"),
+              ({"gpus": [{}, {}]}, [XID_79], "XID 79 (GPU has fallen off the bus)")]
+    try:
+        for number, (state, lines, fact) in enumerate(faults, 1):
+            gpu_standin.write_state(NODE, state)
+            for line in lines:
+                gpu_standin.log_kernel(NODE, line)
+            refused = cluster.playbook("train.yml", *args, "-e", "job=gpu-q%d" % number, inventory=inventory)
+            assert refused.rc != 0 and fact in " ".join(refused.out.split()), refused.out[-3000:]
+        with open(os.path.join(cluster.state, "logs", "history.jsonl")) as handle:
+            records = [json.loads(line) for line in handle]
+        assert [(r["node"], r["class"], r["job"]) for r in records] == [
+            ("node1", "gpu", "gpu-q1"), ("node1", "gpu", "gpu-q2"), ("node1", "gpu", "gpu-q3")], records
+        run = cluster.playbook("train.yml", *args, "-e", "job=gpu-q4", inventory=inventory)
+        said = " ".join(run.out.split())
+        assert run.rc == 0, run.out[-3000:]
+        assert "node1 is quarantined (3 hardware faults within 7d: " in said and \
+            "spare node2 takes its place (node_rank 1)" in said, said[-3000:]
+        assert re.search(r"node2 +1 +succeeded", run.out), run.out[-3000:]
+        assert cluster.node_exec(NODE, "test", "-e", "/root/.gpufleet/jobs/gpu-q4").returncode != 0
+        released = cluster.playbook("fleet.yml", "-e", "release=node1", inventory=inventory)
+        assert released.rc == 0, released.out[-3000:]
+        assert any(line.split()[:3] == ["node1", "in", "service"] for line in released.out.splitlines()), released.out
+    finally:
+        for node in cluster.nodes:
+            cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/gpu-q4")

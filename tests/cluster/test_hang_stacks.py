@@ -8,6 +8,7 @@ node's dumps are fetched and that the report names rank 4 as the rank behind the
 by gpufleet's reading and by torch's own analyser (the controller's torch). Not checked: NCCL (no GPU here: the
 ranks wait in gloo's all_reduce, the same Python frame NCCL's would be; the dumps are the stand-in's, not NCCL's)."""
 
+import json
 import os
 import re
 
@@ -96,6 +97,11 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
             "collective: nccl:all_reduce; missing ranks: {4} (" % RECORDED)
     assert re.search(re.escape(said) + r"\S*logs/%s/flight_recorder/fr_trace\.txt\) \(6 dumps in \S*logs/%s/"
                      r"flight_recorder\)" % (job, job), out), out[-3000:]
+    # The fleet's history records the hang on node2, the node of the rank the stacks name (class hang: not counted).
+    with open(os.path.join(cluster.state, "logs", "history.jsonl")) as handle:
+        records = [json.loads(line) for line in handle]
+    assert [(r["node"], r["class"], r["fact"]) for r in records if r["job"] == job] == [
+        ("node2", "hang", "the job hung; the stacks name rank 4 as the likely cause")], records
 
 def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
     """With max_restarts=2 too: the hang restarts the gang once (resuming from step 5's checkpoint), rank 4 stalls

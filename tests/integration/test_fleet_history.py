@@ -47,6 +47,10 @@ def test_three_hardware_faults_quarantine_a_node_until_it_is_released(local):
     rows = {line.split()[0]: line.split() for line in table if line.startswith(("node0 ", "node1 "))}
     assert rows["node0"][1:4] == ["in", "service", "0"] and rows["node1"][1:3] == ["quarantined", "3"], shown.out
 
+    status = local.playbook("status.yml")  # without a job: the jobs, then the fleet's standing
+    assert status.rc == 0 and any(line.split()[:3] == ["node1", "quarantined", "3"]
+                                  for line in status.out.splitlines()), status.out[-3000:]
+
     for node, needle in (("node0", "release=node0: the node is not quarantined (0 hardware fault(s) within the window"),
                          ("node9", "release=node9: no such node in the inventory")):
         bad = local.playbook("fleet.yml", "-e", "release=%s" % node)
@@ -91,3 +95,39 @@ def test_bad_history_or_settings_are_refused_by_train_and_fleet_before_anything_
         assert run.rc != 0 and needle in " ".join(run.out.split()), (playbook, run.out[-3000:])
     assert path.read_text() == content  # never rewritten
     assert not local.nodes.exists() or not any(local.nodes.rglob("*")), "a node was touched"
+
+
+SPARE_INVENTORY = """---
+all:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    gpufleet_python: "{{ ansible_playbook_python }}"
+    gpufleet_env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: "1"}
+gpu_nodes:
+  hosts:
+    node0: {gpufleet_cluster_address: 127.0.0.1}
+    node1: {gpufleet_cluster_address: 127.0.0.2}
+gpu_spares:
+  hosts:
+    node2: {gpufleet_cluster_address: 127.0.0.3}
+"""
+
+
+def test_a_spare_takes_a_quarantined_node_s_place_and_the_released_node_trains_again(local, tmp_path):
+    """Two nodes and a spare on this machine: node1 quarantined, the job trains on node0 and node2 (node2 as
+    node_rank 1), node1 untouched; released, node1 trains again and node2 stands by."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(SPARE_INVENTORY)
+    _three_faults(local)
+    run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm", inventory=inventory)
+    said = " ".join(run.out.split())
+    assert run.rc == 0, run.out[-3000:]
+    assert "node1 is quarantined (3 hardware faults within 7d: " in said and \
+        "spare node2 takes its place (node_rank 1)" in said, said[-3000:]
+    assert sorted(path.name for path in (local.logs / "llm").glob("node*.log")) == ["node0.log", "node2.log"]
+    assert not local.job_dir("node1", "llm").exists()
+    assert local.playbook("fleet.yml", "-e", "release=node1", inventory=inventory).rc == 0
+    again = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm2", inventory=inventory)
+    assert again.rc == 0 and "is quarantined" not in again.out, again.out[-3000:]
+    assert sorted(path.name for path in (local.logs / "llm2").glob("node*.log")) == ["node0.log", "node1.log"]

@@ -177,6 +177,18 @@ def restarts_said(results: Sequence[Mapping[str, Any]]) -> str:
     return "; ".join("attempt %d after: %s" % (number, why) for number, why in enumerate(restarts, 2))
 
 
+def hung(results: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the job ended in a hang: every node that failed was found hung."""
+    failed = [r for r in results if r.get("state") in FAILURE_STATES]
+    return bool(failed) and all(r.get("state") == JobState.HUNG for r in failed)
+
+
+def hang_cause(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """The ranks the stacks name as the likely cause of a hang, by host; {} for a job that did not hang, or whose
+    stacks name no rank (stack_groups.py)."""
+    return stack_groups.likely_cause(results) if hung(results) else {}
+
+
 def where_ranks_were(results: Sequence[Mapping[str, Any]]) -> str:
     """'<where each rank was, and the likely cause>; every rank's stack: <files>' for a job whose nodes took stacks
     before it was stopped (stack_groups.py: on a hang, or on a stop that asked for them), else ''."""
@@ -218,7 +230,7 @@ def failure_message(job: str, results: Sequence[Mapping[str, Any]], tail_lines: 
     cause = first_failure(results)
     if cause is None:
         return None
-    if all(r.get("state") == JobState.HUNG for r in results if r.get("state") in FAILURE_STATES):
+    if hung(results):
         said = [cause.get("stop_reason") or "no node wrote to its log for hang_timeout seconds",
                 where_ranks_were(results), _refusal(results)]
         return "job %s hung and was stopped on every node: %s." % (job, "; ".join(part for part in said if part))

@@ -59,18 +59,37 @@ def _stacked(results: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[tuple
     return places, missing
 
 
+def _groups(places: Mapping[str, list[tuple[int, str]]]) -> list[tuple[str, list[tuple[int, str]]]]:
+    return sorted(places.items(), key=lambda item: (-len(item[1]), min(item[1])))
+
+
+def _odd(groups: Sequence[tuple[str, list[tuple[int, str]]]]) -> list[tuple[int, str]]:
+    """The (rank, host) outside the largest group, where one group holds more ranks than any other; else none."""
+    if len(groups) > 1 and len(groups[0][1]) > len(groups[1][1]):
+        return sorted(member for _place, members in groups[1:] for member in members)
+    return []
+
+
+def likely_cause(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """The ranks the stacks name as the likely cause of a hang, by host ({} where none stands out)."""
+    found: dict[str, list[int]] = {}
+    for rank, host in _odd(_groups(_stacked(results)[0])):
+        found.setdefault(host, []).append(rank)
+    return found
+
+
 def verdict(results: Sequence[Mapping[str, Any]]) -> str | None:
     """Where the ranks were when the job was found hung (or stopped with stacks asked for), and which rank is the
     likely cause; None when no node took stacks."""
     if not any(isinstance(r.get("stacks"), Mapping) for r in results):
         return None
     places, missing = _stacked(results)
-    groups = sorted(places.items(), key=lambda item: (-len(item[1]), min(item[1])))
+    groups = _groups(places)
     said = ", ".join("%s in %s" % (rank_list([rank for rank, _host in members]), place) for place, members in groups)
+    odd = _odd(groups)
     if len(groups) == 1:
         said += ": no rank stands out"
-    elif len(groups) > 1 and len(groups[0][1]) > len(groups[1][1]):
-        odd = sorted(member for _place, members in groups[1:] for member in members)
+    elif odd:
         hosts = sorted({host for _rank, host in odd})
         verb = "is" if len(odd) == 1 else "are"
         said += ": %s on %s %s the likely cause" % (rank_list([rank for rank, _host in odd]), ", ".join(hosts), verb)
