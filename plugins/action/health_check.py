@@ -15,8 +15,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import health_check as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, health_check, history, node_plan
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import port_health
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, history, node_plan
 
 display = Display()
 
@@ -26,17 +25,6 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-
-    def _settings(self, hosts: list[str], task_vars: dict) -> node_plan.NodeSettings:
-        """Each host's settings of the gate, from its host variables (as job_nodes reads them)."""
-        found: dict[str, dict[str, Any]] = {"gpus": {}, "acknowledged": {}, "xid_check_required": {}, "ib_rate": {}}
-        for host in hosts:
-            hostvars = task_vars["hostvars"][host]
-            for key, name, default in (("gpus", "gpufleet_gpus", None), ("acknowledged", gpu_gate.ACK_VARIABLE, None),
-                                       ("xid_check_required", gpu_gate.XID_CHECK_VARIABLE, False),
-                                       ("ib_rate", port_health.RATE_VARIABLE, None)):
-                found[key][host] = self._templar.template(hostvars.get(name, default))
-        return node_plan.NodeSettings(python="", container_engine="", **found)
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
@@ -49,8 +37,11 @@ class ActionModule(ActionBase):
         except history.HistoryError as exc:
             result.update(failed=True, msg=str(exc), history=path)
             return result
-        checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}),
-                                    self._settings(hosts, task_vars or {}))
+        hostvars = (task_vars or {})["hostvars"]
+        settings = node_plan.gate_settings(
+            hosts, lambda host, name, default: self._templar.template(hostvars[host].get(name, default)),
+            python="", container_engine="")  # a GPU held by a job is allowed: health_check.judge()
+        checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}), settings)
         new = health_check.records(checks, records)
         if not self._task.check_mode:
             history.append(path, new)

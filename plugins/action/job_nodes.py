@@ -12,10 +12,9 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, history, port_health
 from ansible_collections.gpufleet.cluster.plugins.modules import job_nodes as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import node_plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import history, node_plan
 
 display = Display()
 
@@ -29,14 +28,12 @@ def record_gate_faults(plan: Mapping[str, Any], faults: list[dict[str, str]]) ->
     found = [history.record(fault["node"], "fault", fault["fact"], str(plan.get("job") or ""), fault["class"],
                             fault["gpu"], run=str(plan.get("run_id") or "")) for fault in faults]
     try:
-        new = history.standing_faults(history.read(path), found)
+        new = history.add(path, found, history.standing_faults)
     except history.HistoryError as exc:
         display.warning("the health gate's findings were not recorded: %s" % exc)
         return []
-    history.append(path, new)
     if new:
-        display.display("Recorded in the fleet's history (%s): %s" % (
-            path, "; ".join("%s%s: %s" % (f["node"], " " + f["gpu"] if f["gpu"] else "", f["fact"]) for f in new)))
+        display.display("Recorded in the fleet's history (%s): %s" % (path, history.said(new)))
     return new
 
 
@@ -55,28 +52,14 @@ class ActionModule(ActionBase):
         plan = args["plan"]
         hostvars = task_vars["hostvars"]
         given, diags = dict(args["probes"] or {}), dict(args["dcgm"] or {})
-        probes: dict[str, dict] = {}
-        gpus: dict[str, Any] = {}
-        acknowledged: dict[str, Any] = {}
-        xid_check: dict[str, Any] = {}
-        ib_rate: dict[str, Any] = {}
-        for host in list(plan["hosts"]) + list(plan.get("spare_hosts") or []):
-            found = hostvars[host]
-            probe = given.get(host)
-            if isinstance(probe, Mapping) and not probe.get("failed") and not probe.get("skipped"):
-                probes[host] = dict(probe)
-                # health_diag: DCGM's diagnostic on the node, judged with the rest of its GPUs' health.
-                diag = diags.get(host)
-                if isinstance(diag, Mapping) and not diag.get("skipped") and probes[host].get("gpu_health"):
-                    probes[host]["gpu_health"] = dict(probes[host]["gpu_health"], dcgm=dict(diag))
-            gpus[host] = self._templar.template(found.get("gpufleet_gpus"))
-            acknowledged[host] = self._templar.template(found.get(gpu_gate.ACK_VARIABLE))
-            xid_check[host] = self._templar.template(found.get(gpu_gate.XID_CHECK_VARIABLE, False))
-            ib_rate[host] = self._templar.template(found.get(port_health.RATE_VARIABLE))
-        settings = node_plan.NodeSettings(python=str(args["python"]), container_engine=str(args["container_engine"]),
-                                          gpus=gpus, acknowledged=acknowledged,
-                                          allow_busy=bool(args["allow_busy_gpus"]), xid_check_required=xid_check,
-                                          ib_rate=ib_rate)
+        hosts = list(plan["hosts"]) + list(plan.get("spare_hosts") or [])
+        probes = {host: node_plan.with_diag(given[host], diags.get(host)) for host in hosts
+                  if isinstance(given.get(host), Mapping) and not given[host].get("failed")
+                  and not given[host].get("skipped")}
+        settings = node_plan.gate_settings(
+            hosts, lambda host, name, default: self._templar.template(hostvars[host].get(name, default)),
+            python=str(args["python"]), container_engine=str(args["container_engine"]),
+            allow_busy=bool(args["allow_busy_gpus"]))
         decided = node_plan.decide(plan, probes, settings, bool(args["force"]), args.get("slurm_answer"))
         recorded = [] if self._task.check_mode else record_gate_faults(plan, decided.gate_faults)
         result.update(changed=False, decided=decided.as_dict(), recorded=recorded)

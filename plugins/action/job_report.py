@@ -41,15 +41,13 @@ def _record_faults(logs_root: str, job: str, results: list[dict]) -> None:
     is said, and left as it is."""
     path = history.path_of(logs_root)
     try:
-        faults = history.not_yet_recorded(history.read(path), history.job_faults(
-            job, results, report.replacements(results), hung=report.hang_cause(results)))
+        faults = history.add(path, history.job_faults(job, results, report.replacements(results),
+                                                      hung=report.hang_cause(results)), history.not_yet_recorded)
     except history.HistoryError as exc:
         display.warning("the job's faults were not recorded: %s" % exc)
         return
-    history.append(path, faults)
     if faults:
-        display.display("Recorded in the fleet's history (%s): %s" % (path, "; ".join(
-            "%s: %s" % (fault["node"], fault["fact"]) for fault in faults)))
+        display.display("Recorded in the fleet's history (%s): %s" % (path, history.said(faults)))
 
 
 class ActionModule(ActionBase):

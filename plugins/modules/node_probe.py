@@ -233,18 +233,6 @@ def pick_ports(params: dict, memory: dict) -> dict:
     return picked
 
 
-def ib_ports(params: dict) -> dict:
-    """The InfiniBand/RoCE ports for the gate (plugin_utils/_control/port_health.py): every HCA port, NCCL_IB_HCA as the
-    environment files set it, and the error counters remembered from the last probe, which this one's replace
-    (record_ib_counters; not in check mode). A node without InfiniBand gives an empty list."""
-    hcas = netinfo.infiniband(params["sys_root"])
-    found = {"hcas": hcas, "ib_hca": node.env_file_value(params["env_files"], "NCCL_IB_HCA"),
-             "before": ib_counters.read(params["jobs_dir"]) if hcas else None}
-    if hcas and params["record_ib_counters"]:
-        ib_counters.write(params["jobs_dir"], hcas)
-    return found
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -290,7 +278,9 @@ def main() -> None:
     result["container"] = runtime.probe(params["container_engine"], params["container_image"])
     if params["job"]:
         result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
-    result["ib_ports"] = ib_ports(params)
+    # The InfiniBand/RoCE ports for the gate, their counters remembered for the next probe (record_ib_counters).
+    result["ib_ports"] = ib_counters.ports(params["sys_root"], params["env_files"], params["jobs_dir"],
+                                           params["record_ib_counters"])
     # What the port check remembers here (port_memory.py): the controller trusts a pass that every node remembers.
     result["port_memory"] = port_memory.read(params["jobs_dir"])
     try:

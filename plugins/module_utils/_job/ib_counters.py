@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import write_json_atomic
 
 MEMORY_FILE = ".ib-counters.json"
@@ -49,3 +50,16 @@ def write(jobs_dir: str, hcas: list[dict], now: float | None = None) -> None:
     path = memory_path(jobs_dir)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     write_json_atomic(path, {"at": round(time.time() if now is None else now, 3), "errors": errors})
+
+
+def ports(sys_root: str, env_files: list[str], memory_dir: str, remember: bool) -> dict[str, Any]:
+    """The InfiniBand/RoCE ports as the gate reads them (plugin_utils/_control/port_health.py): every HCA port,
+    NCCL_IB_HCA as the environment files set it, and the error counters remembered in memory_dir from the last
+    reading, which this one's replace where ``remember`` (not in check mode). A node without InfiniBand gives an
+    empty list. Read by a launch's probe (node_probe) and by Slurm's health check (slurm_health.py) alike."""
+    hcas = netinfo.infiniband(sys_root)
+    found = {"hcas": hcas, "ib_hca": node.env_file_value(env_files, "NCCL_IB_HCA"),
+             "before": read(memory_dir) if hcas else None}
+    if hcas and remember:
+        write(memory_dir, hcas)
+    return found

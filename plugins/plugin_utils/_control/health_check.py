@@ -39,14 +39,6 @@ class NodeCheck:
         return [finding for found in self.findings.values() for finding in found]
 
 
-def _with_diag(probe: Mapping[str, Any], diag: Any) -> dict[str, Any]:
-    """The probe with DCGM's diagnostic in its GPUs' health, as the launch's gate judges it (job_nodes)."""
-    probe = dict(probe)
-    if isinstance(diag, Mapping) and not diag.get("skipped") and probe.get("gpu_health"):
-        probe["gpu_health"] = dict(probe["gpu_health"], dcgm=dict(diag))
-    return probe
-
-
 def _answered(result: Any) -> bool:
     return isinstance(result, Mapping) and not result.get("failed") and not result.get("unreachable") \
         and not result.get("skipped")
@@ -64,7 +56,7 @@ def judge(hosts: list[str], probes: Mapping[str, Any], diags: Mapping[str, Any],
             why = str((probe or {}).get("msg") or "no answer") if isinstance(probe, Mapping) else "no answer"
             checks[host] = NodeCheck(NOT_CHECKED, why=why.strip().splitlines()[0][:200] if why.strip() else "no answer")
             continue
-        probe = _with_diag(probe, diags.get(host))
+        probe = node_plan.with_diag(probe, diags.get(host))
         found = node_plan.gate_findings(host, probe, settings, None)
         everything = found["gpu"] + found["network"]
         result = REFUSED if any(f.refuse for f in everything) else WARNED if everything else PASSED

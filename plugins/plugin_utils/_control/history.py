@@ -23,7 +23,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.tables import text_table
@@ -106,6 +106,23 @@ def append(path: str, records: Sequence[Mapping[str, Any]]) -> None:
         handle.write("".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records))
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def add(path: str, found: Sequence[Mapping[str, Any]],
+        new_of: Callable[[list[dict[str, Any]], Sequence[Mapping[str, Any]]], list[dict[str, Any]]]
+        ) -> list[dict[str, Any]]:
+    """Append what ``new_of(the history's records, found)`` keeps of found (not_yet_recorded for a job's faults,
+    standing_faults for the gate's findings), and return it; HistoryError where the history cannot be read, with
+    nothing written."""
+    new = new_of(read(path), found)
+    append(path, new)
+    return new
+
+
+def said(entries: Iterable[Mapping[str, Any]]) -> str:
+    """Records in one line, for the log: 'node[ GPU]: fact; ...'."""
+    return "; ".join("%s%s: %s" % (entry.get("node"), " " + entry["gpu"] if entry.get("gpu") else "",
+                                   entry.get("fact")) for entry in entries)
 
 
 def record(node: str, kind: str, fact: str, job: str = "", klass: str = "", gpu: str = "",

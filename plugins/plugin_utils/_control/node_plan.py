@@ -16,7 +16,7 @@ nothing across hosts itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -140,6 +140,28 @@ def node_problem(host: str, ip: str, probe: Mapping[str, Any], plan: Mapping[str
         return ("%s: master_port=%s is already in use on the master node; omit master_port to have a free port "
                 "chosen, or name another" % (host, plan.get("master_port")))
     return ""
+
+
+# The inventory's settings of the gate, per host: the NodeSettings field, the host variable, its default.
+GATE_VARIABLES = (("gpus", "gpufleet_gpus", None), ("acknowledged", gpu_gate.ACK_VARIABLE, None),
+                  ("xid_check_required", gpu_gate.XID_CHECK_VARIABLE, False),
+                  ("ib_rate", port_health.RATE_VARIABLE, None))
+
+
+def gate_settings(hosts: Iterable[str], lookup: Callable[[str, str, Any], Any], **fixed: Any) -> NodeSettings:
+    """NodeSettings with each host's settings of the gate as ``lookup(host, variable, default)`` gives them (an
+    action's templated host variables), and the rest as ``fixed`` (python, container_engine, allow_busy)."""
+    hosts = list(hosts)
+    return NodeSettings(**fixed, **{key: {host: lookup(host, name, default) for host in hosts}
+                                    for key, name, default in GATE_VARIABLES})
+
+
+def with_diag(probe: Mapping[str, Any], diag: Any) -> dict[str, Any]:
+    """The probe with DCGM's diagnostic (health_diag, health.yml) in its GPUs' health, judged with the rest of it."""
+    probe = dict(probe)
+    if isinstance(diag, Mapping) and not diag.get("skipped") and probe.get("gpu_health"):
+        probe["gpu_health"] = dict(probe["gpu_health"], dcgm=dict(diag))
+    return probe
 
 
 def gate_findings(host: str, probe: Mapping[str, Any], settings: NodeSettings, nproc: int | None

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import ib_counters
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
+from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, port_health, slurm_batch
 
 CONFIG = "/etc/gpufleet/health-check.json"
@@ -49,12 +49,8 @@ def findings(settings: Mapping[str, Any]) -> list[gpu_gate.Finding]:
     health = nvidia_node.gpu_health_with_pci(str(settings.get("kernel_log") or "/dev/kmsg"), sys_root)
     found = gpu_gate.judge(health, settings.get("acknowledged"), settings.get("gpus"), allow_busy=True,
                            xid_check_required=settings.get("xid_check_required", False))
-    hcas = netinfo.infiniband(sys_root)
-    state_dir = str(settings.get("state_dir") or "/var/lib/gpufleet/health-check")
-    ports = {"hcas": hcas, "ib_hca": node.env_file_value(settings.get("env_files") or [], "NCCL_IB_HCA"),
-             "before": ib_counters.read(state_dir) if hcas else None}
-    if hcas:
-        ib_counters.write(state_dir, hcas)
+    ports = ib_counters.ports(sys_root, list(settings.get("env_files") or []),
+                              str(settings.get("state_dir") or "/var/lib/gpufleet/health-check"), True)
     return found + port_health.node_findings(ports, settings.get("ib_rate"))
 
 
