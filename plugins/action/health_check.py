@@ -41,7 +41,8 @@ class ActionModule(ActionBase):
         settings = node_plan.gate_settings(
             hosts, lambda host, name, default: self._templar.template(hostvars[host].get(name, default)),
             python="", container_engine="")  # a GPU held by a job is allowed: health_check.judge()
-        checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}), settings)
+        checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}), settings,
+                                    args["dcgm_level"])
         new = health_check.records(checks, records)
         if not self._task.check_mode:
             history.append(path, new)

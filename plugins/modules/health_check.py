@@ -45,6 +45,11 @@ options:
     description: Each host's M(gpufleet.cluster.dcgm_diag) result, by host (skipped or absent where DCGM is not installed).
     type: dict
     default: {}
+  dcgm_level:
+    description:
+      - C(health_dcgm_level) where the user gave it. A node without DCGM is warned of only then; by default its
+        diagnostic runs where DCGM is installed and a node without DCGM is not held to it.
+    type: int
   logs_dir:
     description: The controller's logs folder (C(gpufleet_logs_dir)), where the fleet's history is.
     type: path

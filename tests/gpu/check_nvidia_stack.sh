@@ -17,6 +17,8 @@
 #   or before), and runs all_reduce_perf on the local GPUs through mpirun, writing logs/verify/all_reduce_perf.json
 #   and busbw.png. Where dcgmi is installed, what `dcgmi diag -r 1 -j` printed is kept in
 #   logs/gpu-check/dcgm-diag-r1.json (a fixture for tests/fixtures/dcgm).
+# - train.yml with NCCL, then health.yml (the node passes between jobs) and the slurm role's health check program
+#   run once as slurmd would run it (it passes; no Slurm here, so nothing is drained).
 # Node-side modules run with /usr/bin/python3 (GPUFLEET_CHECK_PYTHON); training runs with python3 from PATH.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -82,4 +84,17 @@ grep -q 'backend nccl' logs/gpu-check/localgpu.log || { echo "gpufleet: training
 if grep -q 'using the device under current context' logs/gpu-check/localgpu.log; then
     echo "gpufleet: a rank's barrier did not name its GPU (examples/train.py)" >&2; exit 1
 fi
+# Health between jobs: with the job gone, health.yml passes this node by the launch's own gate, its table naming
+# the GPUs and driver that nvidia-smi gave.
+ansible-playbook -i "$work/hosts.yml" playbooks/health.yml -e allow_local=true "$@" | tee "$work/health.log"
+grep -qE "localgpu +passed +$gpus +$driver " "$work/health.log" || { echo "gpufleet: health.yml did not pass this node" >&2; exit 1; }
+# Slurm's HealthCheckProgram as the slurm role writes it (one file, the standard library alone), run by the system
+# Python with nothing on PYTHONPATH and no Slurm here: it reads this node's GPUs and passes; nothing to drain.
+python3 -c "import sys; sys.path.insert(0, 'collections')
+from ansible_collections.gpufleet.cluster.plugins.filter.slurm import slurm_health_check
+print(slurm_health_check('/usr/bin/python3'), end='')" > "$work/health-check"
+printf '{"slurm_node": "localgpu", "gpus": %s, "state_dir": "%s", "log": "%s"}\n' "$gpus" "$work/state" \
+    "logs/gpu-check/health-check.log" > "$work/health-check.json"
+env -u PYTHONPATH /usr/bin/python3 "$work/health-check" --config "$work/health-check.json"
+grep -q "localgpu: passed$" logs/gpu-check/health-check.log || { echo "gpufleet: the Slurm health check did not pass" >&2; exit 1; }
 echo "gpufleet: NVIDIA stack check passed on $gpus GPU(s), driver $driver"

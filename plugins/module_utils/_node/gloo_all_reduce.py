@@ -74,8 +74,14 @@ def run(python: str, source: str, master: str, port: int, rank: int, world_size:
 def bandwidths(size_bytes: int, seconds: float, world_size: int) -> dict:
     """nccl-tests' figures for all_reduce: time in microseconds, algbw and busbw in GB/s (10^9 bytes)."""
     algbw = size_bytes / seconds / 1e9 if seconds > 0 else 0.0
-    return {"time_us": round(seconds * 1e6, 1), "algbw_gbps": round(algbw, 3),
-            "busbw_gbps": round(algbw * 2 * (world_size - 1) / world_size, 3)}
+    # Four significant figures, not three decimals: a small message on a slow or loaded link (4 KiB in 20 ms is
+    # 0.0002 GB/s) must not read as no bandwidth at all.
+    return {"time_us": round(seconds * 1e6, 1), "algbw_gbps": _figures(algbw),
+            "busbw_gbps": _figures(algbw * 2 * (world_size - 1) / world_size)}
+
+
+def _figures(value: float) -> float:
+    return float("%.4g" % value)
 
 
 def measure(master: str, port: int, rank: int, world_size: int, sizes: list[int], iterations: int,

@@ -266,8 +266,9 @@ def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
     if not diag or diag.get("skipped"):
         return []
     if not diag.get("present"):
-        return [Finding(False, "", "health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed",
-                        "provision the node with -e dcgm_enabled=true, or leave health_diag out")]
+        asked = str(diag.get("asked_by") or "health_diag=1")
+        return [Finding(False, "", "%s asks for DCGM's diagnostic, and DCGM is not installed" % asked,
+                        "provision the node with -e dcgm_enabled=true, or leave %s out" % asked.split("=", maxsplit=1)[0])]
     if diag.get("error"):
         return [Finding(False, "", "DCGM's diagnostic did not run: %s" % diag["error"],
                         "check nv-hostengine (systemctl status nvidia-dcgm)")]

@@ -44,10 +44,18 @@ def _answered(result: Any) -> bool:
         and not result.get("skipped")
 
 
-def judge(hosts: list[str], probes: Mapping[str, Any], diags: Mapping[str, Any], settings: node_plan.NodeSettings
-          ) -> dict[str, NodeCheck]:
+def _diag(diag: Any, level: int | None) -> Any:
+    """DCGM's diagnostic as the gate judges it: a node without DCGM is held to it only where the user asked for a
+    level (health_dcgm_level); by default the diagnostic runs where DCGM is installed."""
+    if not isinstance(diag, Mapping) or diag.get("present", True):
+        return diag
+    return dict(diag, asked_by="health_dcgm_level=%d" % level) if level else None
+
+
+def judge(hosts: list[str], probes: Mapping[str, Any], diags: Mapping[str, Any], settings: node_plan.NodeSettings,
+          dcgm_level: int | None = None) -> dict[str, NodeCheck]:
     """Each host's check from its probe and DCGM's diagnostic (by host), judged against its settings; a GPU held by
-    a process is allowed (settings.allow_busy is set here)."""
+    a process is allowed (settings.allow_busy is set here). dcgm_level: health_dcgm_level where the user gave it."""
     settings = replace(settings, allow_busy=True)
     checks = {}
     for host in hosts:
@@ -56,7 +64,7 @@ def judge(hosts: list[str], probes: Mapping[str, Any], diags: Mapping[str, Any],
             why = str((probe or {}).get("msg") or "no answer") if isinstance(probe, Mapping) else "no answer"
             checks[host] = NodeCheck(NOT_CHECKED, why=why.strip().splitlines()[0][:200] if why.strip() else "no answer")
             continue
-        probe = node_plan.with_diag(probe, diags.get(host))
+        probe = node_plan.with_diag(probe, _diag(diags.get(host), dcgm_level))
         found = node_plan.gate_findings(host, probe, settings, None)
         everything = found["gpu"] + found["network"]
         result = REFUSED if any(f.refuse for f in everything) else WARNED if everything else PASSED

@@ -33,6 +33,9 @@ def test_bandwidths_follow_nccl_tests_definitions():
     found = gloo_all_reduce.bandwidths(1 << 30, 0.5, 4)
     assert found == {"time_us": 500000.0, "algbw_gbps": 2.147, "busbw_gbps": 3.221}
     assert gloo_all_reduce.bandwidths(4096, 0.001, 1)["busbw_gbps"] == 0.0
+    # A small message on a loaded machine keeps its figure (three decimals made 4 KiB in 20 ms read 0.0 GB/s).
+    assert gloo_all_reduce.bandwidths(4096, 0.02, 3) == {"time_us": 20000.0, "algbw_gbps": 0.0002048,
+                                                          "busbw_gbps": 0.0002731}
 
 
 def test_the_outcome_is_the_marked_line_or_the_last_word_of_the_failure():

@@ -58,6 +58,20 @@ def test_a_healthy_node_passes_and_a_gpu_held_by_a_job_is_not_its_fault(tmp_path
     assert not at_launch[0].counts  # a use, not the hardware
 
 
+def test_a_gpu_node_without_dcgm_passes_unless_the_user_asked_for_a_level(tmp_path):
+    """dcgm_diag on a node without DCGM says present=false (plugins/modules/dcgm_diag.py). health.yml's default level
+    runs the diagnostic where DCGM is installed: such a node passes. Where -e health_dcgm_level was given, it is
+    warned of, naming that variable (seen on a real H200 without DCGM: every check warned before)."""
+    absent = {"gpu-a": {"changed": False, "present": False, "level": 1, "version": None, "gpus": [], "error": None}}
+    health = probe(smi(tmp_path))
+    assert health_check.judge(["gpu-a"], {"gpu-a": health}, absent, SETTINGS)["gpu-a"].result == "passed"
+    asked = health_check.judge(["gpu-a"], {"gpu-a": health}, absent, SETTINGS, 2)["gpu-a"]
+    assert asked.result == "warned"
+    assert [f.message("gpu-a") for f in asked.all()] == [
+        "gpu-a: health_dcgm_level=2 asks for DCGM's diagnostic, and DCGM is not installed; provision the node with "
+        "-e dcgm_enabled=true, or leave health_dcgm_level out"]
+
+
 def test_a_hardware_xid_refuses_and_is_recorded_once_for_as_long_as_it_stands(tmp_path):
     checks = health_check.judge(["gpu-a", "gpu-b"], {"gpu-a": probe(smi(tmp_path, "handmade-xids.txt")),
                                                      "gpu-b": probe(smi(tmp_path))}, {}, SETTINGS)
