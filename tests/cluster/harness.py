@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 import testinfra
+import yaml
 
 import hostview
 import testbed
@@ -46,6 +47,18 @@ class Cluster:
         self.nodes = info["nodes"]
         self.addresses = dict(zip(info["nodes"], info["addresses"]))
         self.view = hostview.HostView(dict(zip(info["nodes"], info["containers"])))
+
+    def with_spare(self, spare: str) -> str:
+        """The cluster's inventory with ``spare`` moved from gpu_nodes to gpu_spares (the other nodes are the job's);
+        the path of that inventory, in the cluster's state folder."""
+        with open(self.inventory) as handle:
+            inventory = yaml.safe_load(handle)
+        nodes = inventory["gpu_nodes"]
+        inventory["gpu_spares"] = {"hosts": {spare: nodes["hosts"].pop(spare)}, "vars": dict(nodes["vars"])}
+        path = os.path.join(self.state, "spare-%s-hosts.yml" % spare)
+        with open(path, "w") as handle:
+            yaml.safe_dump(inventory, handle)
+        return path
 
     def host(self, node: str):
         return testinfra.get_host("ansible://%s?ansible_inventory=%s" % (node, self.inventory))

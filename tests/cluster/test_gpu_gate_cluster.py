@@ -14,7 +14,6 @@ import struct
 import time
 
 import pytest
-import yaml
 
 import gpu_standin
 import jobfaults
@@ -202,24 +201,12 @@ def test_a_node_whose_gpus_are_throttled_during_the_run_is_named_a_likely_stragg
                                         " ".join(status.out.split())), status.out[-3000:]
 
 
-def _node2_as_spare(cluster):
-    """The cluster's inventory with node0 and node1 as the job's nodes and node2 as their spare (group gpu_spares)."""
-    with open(cluster.inventory) as handle:
-        inventory = yaml.safe_load(handle)
-    nodes = inventory["gpu_nodes"]
-    inventory["gpu_spares"] = {"hosts": {"node2": nodes["hosts"].pop("node2")}, "vars": dict(nodes["vars"])}
-    path = os.path.join(cluster.state, "spare-node2-hosts.yml")
-    with open(path, "w") as handle:
-        yaml.safe_dump(inventory, handle)
-    return path
-
-
 def test_three_hardware_faults_over_three_launches_quarantine_a_node_and_the_spare_takes_its_place(cluster, gpus):
     """node1's stand-in GPUs show three hardware faults, one per launch (uncorrectable ECC, a pending row remap, an
     XID 79): each launch is refused by the gate, which records the fault in the fleet's history. The fourth launch
     places node1's rank on the spare node2 and trains; fleet.yml shows node1 quarantined with its three faults and
     returns it to service."""
-    inventory = _node2_as_spare(cluster)
+    inventory = cluster.with_spare("node2")  # node0 and node1 the job's, node2 their spare
     at = ARGS.index("job=%s" % JOB)
     args = ARGS[:at - 1] + ARGS[at + 1:]  # ARGS without its job: each launch names its own
     faults = [({"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]}, [], "2 uncorrectable ECC errors"),

@@ -10,9 +10,13 @@ and the nodes have no GPU. No test here loads a real driver or runs a real NCCL 
 """
 
 import json
+import os
 import re
 
 import pytest
+
+import gpu_standin
+from harness import REPO
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node.nvidia_node import KERNEL_MODULE_PACKAGE_PREFIXES
 
@@ -226,15 +230,88 @@ def test_a_driver_not_from_packages_is_refused_or_kept_as_it_is(cluster, provisi
         cluster.node_exec("node0", "rm", "-f", "/usr/bin/nvidia-uninstall", check=True)
 
 
-def test_nccl_version_bump_moves_exactly_the_nccl_packages(cluster, provisioned):
+REBOOT_STANDIN = """#!/bin/sh
+# maintain.yml's reboot on a container, which cannot reboot: a new boot id, and what a reboot clears.
+date +%s%N > /var/lib/gpufleet-test/boot-id
+rm -f /var/run/reboot-required
+echo rebooted >> /var/lib/gpufleet-test/reboots
+"""
+REBOOT_ARGS = ["-e", "maintain_reboot_command=/usr/local/sbin/gpufleet-test-reboot",
+               "-e", "maintain_boot_time_command='cat /var/lib/gpufleet-test/boot-id'"]
+
+
+def maintenance_records(cluster):
+    path = os.path.join(cluster.state, "logs", "history.jsonl")
+    with open(path) as handle:
+        return [record for record in map(json.loads, handle) if record["kind"] == "maintenance"]
+
+
+def test_maintain_moves_nccl_on_every_node_in_batches_spares_first_and_stops_before_the_next_after_a_failed_check(
+        cluster, provisioned):
+    """maintain.yml, one node at a time, moves NCCL to another pinned version on the spare node2 first, then node0
+    (stopping the detached job on node0 and node1, logs kept) and node1 (rebooted: the stand-in says a reboot is
+    required there), each out of service alone and back after the launch's gate; exactly the NCCL packages move.
+    Then, moving NCCL back, node0's stand-in GPU reports uncorrectable ECC: node0 fails its check and stays out of
+    service with the reason, node1 is not reached, and train.yml refuses node0 naming its maintenance."""
     assert provisioned["converge"].rc == 0
+    inventory = cluster.with_spare("node2")
     before = packages(cluster, "node1")
-    run = cluster.playbook("provision.yml", "-e", "nccl_version=2.26.5-1+cuda12.8", "--tags", "nccl")
-    assert run.rc == 0
-    after = packages(cluster, "node1")
-    moved = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
-    assert moved == {"libnccl2", "libnccl-dev"}
-    assert after["libnccl2"] == ("2.26.5-1+cuda12.8", "hold")
+    for node in cluster.nodes:
+        cluster.node_exec(node, "sh", "-c", "mkdir -p /var/lib/gpufleet-test && echo 0 > /var/lib/gpufleet-test/boot-id"
+                          " && printf '%s' \"$0\" > /usr/local/sbin/gpufleet-test-reboot && "
+                          "chmod 755 /usr/local/sbin/gpufleet-test-reboot", REBOOT_STANDIN, check=True)
+    cluster.node_exec("node1", "touch", "/var/run/reboot-required", check=True)
+    job = ["-e", "job=maint", "-e", "script=%s/examples/train.py" % REPO, "-e", "nproc_per_node=1",
+           "-e", "script_args='--epochs 400 --step-s 0.05'", "-e", "spare_group=none"]
+    launched = cluster.playbook("train.yml", "-e", "wait=false", *job, inventory=inventory)
+    assert launched.rc == 0, launched.out[-3000:]
+    try:
+        run = cluster.playbook("maintain.yml", "--tags", "nccl", "-e", "nccl_version=2.26.5-1+cuda12.8",
+                               "-e", "maintain_stop_jobs=true", *REBOOT_ARGS, *gpu_standin.KERNEL_LOG_ARGS,
+                               inventory=inventory)
+        said = " ".join(run.out.split())
+        assert run.rc == 0, run.out[-5000:]
+        assert ("batch 1 of 3: node2 node2 (spare): no job: taken out of service at once" in said
+                and "batch 2 of 3: node0 node0: 1 job(s) maint (running): stopped (logs kept), then changed" in said
+                and "batch 3 of 3: node1" in said), said[-5000:]
+        for node in cluster.nodes:
+            assert packages(cluster, node)["libnccl2"] == ("2.26.5-1+cuda12.8", "hold"), node
+        after = packages(cluster, "node1")
+        assert {name for name in set(before) | set(after) if before.get(name) != after.get(name)} == {
+            "libnccl2", "libnccl-dev"}
+        # One node out of service at a time, spares first; each back after its check.
+        steps = [(r["node"], r["result"]) for r in maintenance_records(cluster)]
+        assert steps == [("node2", "out"), ("node2", "back"), ("node0", "out"), ("node0", "back"), ("node1", "out"),
+                         ("node1", "back")], steps
+        # Rebooted only where the change needed it; the job stopped on node0 by its token, its log kept.
+        assert [cluster.view.node_file(node, "/var/lib/gpufleet-test/reboots") for node in cluster.nodes] == [
+            None, "rebooted\n", None]
+        stopped = cluster.view.job_state("node0", "maint")
+        assert stopped["state"] == "stopped" and "maintain.yml" in stopped["stop_reason"], stopped
+        assert "epoch 1/400" in (cluster.view.node_file("node0", "/root/.gpufleet/jobs/maint/job.log") or "")
+        assert re.search(r"^node1\s+back in service\s", run.out, re.M), run.out[-3000:]
+
+        gpu_standin.install("node0", {"gpus": [{"ecc.errors.uncorrected.volatile.total": 2}]})
+        failed = cluster.playbook("maintain.yml", "--tags", "nccl", *gpu_standin.KERNEL_LOG_ARGS, inventory=inventory)
+        said = " ".join(failed.out.split())
+        assert failed.rc != 0, failed.out[-3000:]
+        assert "node0 stays out of service: node0 GPU 0 (0000:18:00.0): 2 uncorrectable ECC errors" in said, \
+            said[-5000:]
+        assert re.search(r"^node1\s+not reached\s", failed.out, re.M), failed.out[-3000:]
+        assert [packages(cluster, node)["libnccl2"][0] for node in cluster.nodes] == [
+            "2.30.4-1+cuda12.9", "2.26.5-1+cuda12.8", "2.30.4-1+cuda12.9"]
+        assert [(r["node"], r["result"]) for r in maintenance_records(cluster)][6:] == [
+            ("node2", "out"), ("node2", "back"), ("node0", "out"), ("node0", "failed its check")]
+        refused = cluster.playbook("train.yml", *job, inventory=inventory)
+        said = " ".join(refused.out.split())
+        assert refused.rc != 0 and "node0 is in maintenance since " in said, said[-3000:]
+        assert "failed its check after maintenance (provision.yml --tags nccl)" in said, said[-3000:]
+    finally:
+        gpu_standin.remove("node0")
+        cluster.playbook("stop.yml", "-e", "job=maint", inventory=inventory)
+        for node in cluster.nodes:
+            cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/maint", "/var/lib/gpufleet-test",
+                              "/usr/local/sbin/gpufleet-test-reboot", "/var/run/reboot-required")
     back = cluster.playbook("provision.yml", "--tags", "nccl")  # the inventory's version again
     assert back.rc == 0 and packages(cluster, "node1")["libnccl2"] == ("2.30.4-1+cuda12.9", "hold")
 

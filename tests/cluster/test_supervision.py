@@ -16,7 +16,6 @@ import signal
 import time
 
 import pytest
-import yaml
 
 import testbed
 from bounds import report as report_bound
@@ -228,21 +227,6 @@ def test_a_node_whose_container_stops_mid_training_attached(cluster):
     assert {"node0", "node1"} <= set(logs_fetched(cluster, job))
 
 
-def _with_spare(cluster):
-    """The cluster's inventory with node0 and node2 as the job's nodes and node1 as their spare (group gpu_spares).
-    node2 is the one stopped: node1's /etc/hosts is the container runtime's, which a restart would rewrite (without
-    the etc_hosts role's block that molecule's verifiers read afterwards)."""
-    with open(cluster.inventory) as handle:
-        inventory = yaml.safe_load(handle)
-    nodes = inventory["gpu_nodes"]
-    spare = {"node1": nodes["hosts"].pop("node1")}
-    inventory["gpu_spares"] = {"hosts": spare, "vars": dict(nodes["vars"])}
-    path = os.path.join(cluster.state, "spare-hosts.yml")
-    with open(path, "w") as handle:
-        yaml.safe_dump(inventory, handle)
-    return path
-
-
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples",
                        "train.py")
 # About 20 s of training on 2 ranks (12 epochs of 23 steps, 60 ms a step), a checkpoint every 10 steps.
@@ -280,10 +264,12 @@ def _resumed_on_the_spare(cluster, job):
 
 def test_a_lost_node_is_replaced_by_the_spare_which_resumes_from_the_checkpoint_attached(cluster):
     """2 nodes + 1 spare, max_restarts=2: node2's container is stopped mid-run; the gang restarts with node1 at
-    node_rank 1, resumes from the checkpoint, and succeeds; the report names the replacement."""
+    node_rank 1, resumes from the checkpoint, and succeeds; the report names the replacement. node2 is the one
+    stopped: node1's /etc/hosts is the container runtime's, which a restart would rewrite (without the etc_hosts
+    role's block that molecule's verifiers read afterwards)."""
     job = "sup-spare"
     run = cluster.start_playbook("train.yml", "-e", "job=%s" % job, *SPARE_ARGS, log_name="%s.out" % job,
-                                 inventory=_with_spare(cluster))
+                                 inventory=cluster.with_spare("node1"))
     try:
         _stop_node2_after_a_checkpoint(cluster, job, run)
         done = run.finish()
@@ -307,7 +293,7 @@ def test_a_lost_node_is_replaced_by_the_spare_which_resumes_from_the_checkpoint_
 def test_a_lost_node_is_replaced_by_the_spare_with_no_controller_detached(cluster):
     """The same, detached: no ansible-playbook runs while node2 is stopped; status.yml says who replaced whom."""
     job = "sup-spare-detached"
-    inventory = _with_spare(cluster)
+    inventory = cluster.with_spare("node1")
     launched = cluster.playbook("train.yml", "-e", "job=%s" % job, "-e", "wait=false", *SPARE_ARGS,
                                 inventory=inventory)
     assert launched.rc == 0, launched.out[-3000:]

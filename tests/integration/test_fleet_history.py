@@ -23,6 +23,23 @@ pytestmark = pytest.mark.integration
 XID = "node1 GPU 0 (0000:18:00.0): XID 79, GPU has fallen off the bus"
 
 
+SPARE_INVENTORY = """---
+all:
+  vars:
+    ansible_connection: local
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    gpufleet_python: "{{ ansible_playbook_python }}"
+    gpufleet_env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: "1"}
+gpu_nodes:
+  hosts:
+    node0: {gpufleet_cluster_address: 127.0.0.1}
+    node1: {gpufleet_cluster_address: 127.0.0.2}
+gpu_spares:
+  hosts:
+    node2: {gpufleet_cluster_address: 127.0.0.3}
+"""
+
+
 def _three_faults(local, node="node1"):
     path = local.logs / "history.jsonl"
     now = time.time()
@@ -32,7 +49,9 @@ def _three_faults(local, node="node1"):
     return path
 
 
-def test_three_hardware_faults_quarantine_a_node_until_it_is_released(local):
+def test_three_hardware_faults_quarantine_a_node_until_it_is_released(local, tmp_path):
+    """Without a spare, train.yml refuses node1 before touching a node; fleet.yml and status.yml show it; a bad
+    release is refused; with a spare in the inventory, the spare takes node1's place; released, node1 trains."""
     path = _three_faults(local)
     refused = local.playbook("train.yml", "-e", "script=examples/train.py")
     assert refused.rc != 0
@@ -51,22 +70,34 @@ def test_three_hardware_faults_quarantine_a_node_until_it_is_released(local):
     assert status.rc == 0 and any(line.split()[:3] == ["node1", "quarantined", "3"]
                                   for line in status.out.splitlines()), status.out[-3000:]
 
-    for node, needle in (("node0", "release=node0: the node is not quarantined (0 hardware fault(s) within the window"),
+    for node, needle in (("node0", "release=node0: the node is neither quarantined (0 hardware fault(s) within the window"),
                          ("node9", "release=node9: no such node in the inventory")):
         bad = local.playbook("fleet.yml", "-e", "release=%s" % node)
         assert bad.rc != 0 and needle in " ".join(bad.out.split()), bad.out[-3000:]
     assert len(path.read_text().splitlines()) == 3  # nothing was recorded
 
-    released = local.playbook("fleet.yml", "-e", "release=node1")
+    # With a spare in the inventory, the job trains on node0 and node2 (node2 as node_rank 1), node1 untouched.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(SPARE_INVENTORY)
+    run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm", inventory=inventory)
+    said = " ".join(run.out.split())
+    assert run.rc == 0, run.out[-3000:]
+    assert "node1 is quarantined (3 hardware faults within 7d: " in said and \
+        "spare node2 takes its place (node_rank 1)" in said, said[-3000:]
+    assert sorted(path.name for path in (local.logs / "llm").glob("node*.log")) == ["node0.log", "node2.log"]
+    assert not local.job_dir("node1", "llm").exists()
+
+    released = local.playbook("fleet.yml", "-e", "release=node1", inventory=inventory)
     assert released.rc == 0, released.out[-3000:]
     last = json.loads(path.read_text().splitlines()[-1])
     assert last["node"] == "node1" and last["kind"] == "release"
     assert any(line.split()[:3] == ["node1", "in", "service"] and "release: returned to service" in line
                for line in released.out.splitlines()), released.out
 
-    trained = local.playbook("train.yml", "-e", "script=examples/train.py")
-    assert trained.rc == 0, trained.out[-3000:]
-    assert "is quarantined" not in trained.out
+    # Released, node1 trains again and node2 stands by.
+    again = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm2", inventory=inventory)
+    assert again.rc == 0 and "is quarantined" not in again.out, again.out[-3000:]
+    assert sorted(path.name for path in (local.logs / "llm2").glob("node*.log")) == ["node0.log", "node1.log"]
 
 
 def test_a_fault_short_of_quarantine_is_warned_of_and_a_smaller_threshold_quarantines(local):
@@ -95,39 +126,3 @@ def test_bad_history_or_settings_are_refused_by_train_and_fleet_before_anything_
         assert run.rc != 0 and needle in " ".join(run.out.split()), (playbook, run.out[-3000:])
     assert path.read_text() == content  # never rewritten
     assert not local.nodes.exists() or not any(local.nodes.rglob("*")), "a node was touched"
-
-
-SPARE_INVENTORY = """---
-all:
-  vars:
-    ansible_connection: local
-    ansible_python_interpreter: "{{ ansible_playbook_python }}"
-    gpufleet_python: "{{ ansible_playbook_python }}"
-    gpufleet_env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: "1"}
-gpu_nodes:
-  hosts:
-    node0: {gpufleet_cluster_address: 127.0.0.1}
-    node1: {gpufleet_cluster_address: 127.0.0.2}
-gpu_spares:
-  hosts:
-    node2: {gpufleet_cluster_address: 127.0.0.3}
-"""
-
-
-def test_a_spare_takes_a_quarantined_node_s_place_and_the_released_node_trains_again(local, tmp_path):
-    """Two nodes and a spare on this machine: node1 quarantined, the job trains on node0 and node2 (node2 as
-    node_rank 1), node1 untouched; released, node1 trains again and node2 stands by."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(SPARE_INVENTORY)
-    _three_faults(local)
-    run = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm", inventory=inventory)
-    said = " ".join(run.out.split())
-    assert run.rc == 0, run.out[-3000:]
-    assert "node1 is quarantined (3 hardware faults within 7d: " in said and \
-        "spare node2 takes its place (node_rank 1)" in said, said[-3000:]
-    assert sorted(path.name for path in (local.logs / "llm").glob("node*.log")) == ["node0.log", "node2.log"]
-    assert not local.job_dir("node1", "llm").exists()
-    assert local.playbook("fleet.yml", "-e", "release=node1", inventory=inventory).rc == 0
-    again = local.playbook("train.yml", "-e", "script=examples/train.py", "-e", "job=llm2", inventory=inventory)
-    assert again.rc == 0 and "is quarantined" not in again.out, again.out[-3000:]
-    assert sorted(path.name for path in (local.logs / "llm2").glob("node*.log")) == ["node0.log", "node1.log"]

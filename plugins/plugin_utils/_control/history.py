@@ -7,13 +7,15 @@
 The controller keeps one append-only file of JSON lines, ``<gpufleet_logs_dir>/history.jsonl``: one line per fault
 gpufleet saw on a node (a GPU's hardware XID during a job, a spare taking a node's place for a hardware fault, a
 node lost, a hung job's likely rank, the health gate's finding of a node's hardware at a launch or in health.yml),
-per health check of a node (health.yml: its result, GPUs and driver) and per release of a quarantined node. A line
+per health check of a node (health.yml: its result, GPUs and driver), per step of a node's maintenance (maintain.yml:
+out of service, back, or failed its check) and per release of a node. A line
 is never rewritten; a line that is not a JSON object with a node and a kind is refused, naming the file and the
 line, and the file is left as it is.
 
 A node is quarantined when ``after`` faults of a hardware class (a GPU's or a network port's) fell within
 ``window`` seconds before now, after its last release: train.yml places a spare in its place (stand_in), or refuses
-the job naming its history. A node lost (a reboot, a network blip) or named by a hang's stacks, and an
+the job naming its history; so for a node out of service for maintenance, until maintain.yml puts it back. A
+node lost (a reboot, a network blip) or named by a hang's stacks, and an
 application's own failure, are recorded or not counted: they do not say the node is bad. Pure functions and one
 file."""
 
@@ -31,8 +33,10 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.tables i
 HISTORY_FILE = "history.jsonl"
 # The classes of fault that count toward quarantine: the node's hardware.
 HARDWARE_CLASSES = ("gpu", "network")
-KINDS = ("fault", "release", "check")
-QUARANTINED, IN_SERVICE = "quarantined", "in service"
+KINDS = ("fault", "release", "check", "maintenance")
+QUARANTINED, IN_SERVICE, IN_MAINTENANCE = "quarantined", "in service", "in maintenance"
+# A maintenance record's result: the node taken out of service, put back, or left out (its check failed).
+OUT, BACK, FAILED = "out", "back", "failed its check"
 DEFAULT_AFTER = 3
 DEFAULT_WINDOW = "7d"
 _WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -92,7 +96,7 @@ def read(path: str) -> list[dict[str, Any]]:
                                "remove that line" % (path, number, exc, line[:120])) from exc
         if not isinstance(record, dict) or not record.get("node") or record.get("kind") not in KINDS:
             raise HistoryError("the fleet's history %s, line %d, is not a record with a node and a kind (fault, "
-                               "release or check): %s; it was left as it is: mend or remove that line" % (path, number, line[:120]))
+                               "release, check or maintenance): %s; it was left as it is: mend or remove that line" % (path, number, line[:120]))
         records.append(record)
     return records
 
@@ -136,6 +140,21 @@ def check(node: str, result: str, fact: str, gpus: int | None = None, driver: st
           at: float | None = None) -> dict[str, Any]:
     """A health check's record: its result (passed, warned or refused), what it found, the GPUs and driver seen."""
     return dict(record(node, "check", fact, at=at), result=result, gpus=gpus, driver=driver)
+
+
+def maintenance(node: str, result: str, fact: str, at: float | None = None) -> dict[str, Any]:
+    """A maintenance step's record (maintain.yml): the node taken OUT of service, BACK in it, or FAILED its check
+    after the change and left out; fact says what was done or found."""
+    return dict(record(node, "maintenance", fact, at=at), result=result)
+
+
+def maintained(records: Iterable[Mapping[str, Any]], node: str) -> Mapping[str, Any] | None:
+    """The maintenance record that keeps the node out of service (its last, where no release or BACK came after)."""
+    last = None
+    for entry in records:
+        if entry.get("node") == node and entry.get("kind") in ("maintenance", "release"):
+            last = entry if entry.get("kind") == "maintenance" and entry.get("result") != BACK else None
+    return last
 
 
 def standing_faults(records: Iterable[Mapping[str, Any]], found: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -234,14 +253,31 @@ def warnings(found: Mapping[str, Mapping[str, Any]], after: int, window: str) ->
         for node, entry in found.items() if entry["state"] != QUARANTINED and entry["faults"]]
 
 
+def out_of_service(found: Mapping[str, Mapping[str, Any]], window: str, path: str) -> dict[str, tuple[str, str]]:
+    """Each node of a standing() that no job may be placed on: (why, in a few words; the refusal where no spare is
+    left)."""
+    held = {}
+    for node, entry in found.items():
+        if entry["state"] == IN_MAINTENANCE:
+            step = entry["maintenance"]
+            why = "in maintenance since %s (%s)" % (step.get("time"), step.get("fact"))
+            said = ("%s is %s; maintain.yml puts it back in service once its check passes (or gpufleet.cluster.fleet "
+                    "-e release=%s; the history: %s)" % (node, why, node, path))
+            held[node] = (why, said)
+        elif entry["state"] == QUARANTINED:
+            held[node] = ("quarantined (%d hardware faults within %s: %s)" % (
+                len(entry["faults"]), window, story(entry["faults"])), refusal(node, entry["faults"], window, path))
+    return held
+
+
 def stand_in(nodes: Sequence[str], spares: Sequence[str], found: Mapping[str, Mapping[str, Any]], window: str,
              path: str) -> tuple[list[str], list[str], list[str]]:
-    """The job's nodes with each quarantined node replaced, at its place in rank order, by the first spare in
-    service, and the spares left; what was done, one sentence each (a quarantined spare is left out). HistoryError
-    names every quarantined node no spare is left for, with its faults."""
-    held = quarantined(found)
+    """The job's nodes with each node out of service (quarantined, in maintenance) replaced, at its place in rank
+    order, by the first spare in service, and the spares left; what was done, one sentence each (a spare out of
+    service is left out). HistoryError names every such node no spare is left for, and why it is out."""
+    held = out_of_service(found, window, path)
     free = [spare for spare in spares if spare not in held]
-    said = ["spare %s is quarantined and left out: %s" % (spare, story(held[spare])) for spare in spares if spare in held]
+    said = ["spare %s is %s and left out" % (spare, held[spare][0]) for spare in spares if spare in held]
     placed, refused = [], []
     for rank, node in enumerate(nodes):
         if node not in held:
@@ -249,10 +285,9 @@ def stand_in(nodes: Sequence[str], spares: Sequence[str], found: Mapping[str, Ma
         elif free:
             spare = free.pop(0)
             placed.append(spare)
-            said.append("%s is quarantined (%d hardware faults within %s: %s); spare %s takes its place (node_rank %d)"
-                        % (node, len(held[node]), window, story(held[node]), spare, rank))
+            said.append("%s is %s; spare %s takes its place (node_rank %d)" % (node, held[node][0], spare, rank))
         else:
-            refused.append(refusal(node, held[node], window, path))
+            refused.append(held[node][1])
     if refused:
         raise HistoryError("; ".join(refused) + ("; no spare in service is left to take its place" if spares else ""))
     return placed, free, said
@@ -260,28 +295,32 @@ def stand_in(nodes: Sequence[str], spares: Sequence[str], found: Mapping[str, Ma
 
 def release(records: Sequence[Mapping[str, Any]], node: str, inventory: Iterable[str], after: int, window_s: float,
             now: float | None = None) -> dict[str, Any]:
-    """The release record of a quarantined node of the inventory, or HistoryError saying why it cannot be released."""
+    """The release record of a quarantined node of the inventory, or of one left out of service by its maintenance,
+    or HistoryError saying why it cannot be released."""
     if node not in list(inventory):
         raise HistoryError("release=%s: no such node in the inventory" % node)
     entry = standing(records, [node], after, window_s, now)[node]
-    if entry["state"] != QUARANTINED:
-        raise HistoryError("release=%s: the node is not quarantined (%d hardware fault(s) within the window, %d "
-                           "quarantine it); nothing was recorded" % (node, len(entry["faults"]), after))
+    if entry["state"] == IN_SERVICE:
+        raise HistoryError("release=%s: the node is neither quarantined (%d hardware fault(s) within the window, %d "
+                           "quarantine it) nor in maintenance; nothing was recorded" % (node, len(entry["faults"]), after))
     return record(node, "release", "returned to service", at=now)
 
 
 def standing(records: Sequence[Mapping[str, Any]], nodes: Iterable[str], after: int, window_s: float,
              now: float | None = None) -> dict[str, dict[str, Any]]:
-    """Per node: in service or quarantined (where it is decided: ``after`` hardware faults counted), the faults
-    counted, its last fault or release (``last``) and its last health check (``last_check``)."""
+    """Per node: in maintenance (maintained()), quarantined (where it is decided: ``after`` hardware faults counted)
+    or in service, the faults counted, its last fault, maintenance or release (``last``) and its last health check
+    (``last_check``)."""
     found = {}
     for node in nodes:
         faults = counted(records, node, window_s, now)
+        step = maintained(records, node)
         last = next((entry for entry in reversed(records) if entry.get("node") == node
                      and entry.get("kind") != "check"), None)
         checked = next((entry for entry in reversed(records) if entry.get("node") == node
                         and entry.get("kind") == "check"), None)
-        found[node] = {"state": QUARANTINED if len(faults) >= after else IN_SERVICE, "faults": faults,
+        state = IN_MAINTENANCE if step else QUARANTINED if len(faults) >= after else IN_SERVICE
+        found[node] = {"state": state, "faults": faults, "maintenance": dict(step) if step else None,
                        "last": dict(last) if last else None, "last_check": dict(checked) if checked else None}
     return found
 

@@ -16,6 +16,7 @@ ACTIONS = [
     ("job_report", ["show_job", "fail_on_error"], {"job": "j", "results": []}),
     ("job_plan", ["script_on_nodes", "wait"], {"script": "train.py"}),
     ("job_nodes", ["force"], {"plan": {"hosts": []}}),
+    ("maintenance", ["stop_jobs"], {"step": "plan", "logs_dir": "/tmp/r"}),
 ]
 REQUIRED = {name: required for name, _, required in ACTIONS}
 REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report={"results": {}},

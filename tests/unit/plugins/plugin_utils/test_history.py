@@ -56,7 +56,7 @@ def test_release_refuses_a_node_not_quarantined_or_not_in_the_inventory():
     records = [fault("node7", 1)]
     with pytest.raises(history.HistoryError, match=r"^release=node9: no such node in the inventory$"):
         history.release(records, "node9", ["node7"], 3, DAY * 7, NOW)
-    with pytest.raises(history.HistoryError, match=r"^release=node7: the node is not quarantined \(1 hardware fault"):
+    with pytest.raises(history.HistoryError, match=r"^release=node7: the node is neither quarantined \(1 hardware fault"):
         history.release(records, "node7", ["node7"], 3, DAY * 7, NOW)
 
 
@@ -122,7 +122,8 @@ def test_a_spare_in_service_takes_a_quarantined_node_s_place_in_rank_order():
     found = history.standing(records, ["node0", "node1", "node2", "spare0", "spare1"], 3, 7 * DAY, NOW)
     placed, left, said = history.stand_in(["node0", "node1", "node2"], ["spare0", "spare1"], found, "7d", "/h")
     assert placed == ["node0", "spare1", "node2"] and left == []
-    assert said[0].startswith("spare spare0 is quarantined and left out: ")
+    assert said[0].startswith("spare spare0 is quarantined (3 hardware faults within 7d: ") and said[0].endswith(
+        ") and left out")
     assert said[1].startswith("node1 is quarantined (3 hardware faults within 7d: ") and said[1].endswith(
         "); spare spare1 takes its place (node_rank 1)")
 
