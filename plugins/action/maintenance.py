@@ -44,14 +44,15 @@ class ActionModule(ActionBase):
             return result
         if not self._task.check_mode:
             history.append(path, new)
-            records += new
+        records += new  # in check mode, shown as it would be, not recorded
         result.update(changed=bool(new) and not self._task.check_mode, recorded=[] if self._task.check_mode else new)
         if args["step"] == "begin":
             display.display("%s: out of service for maintenance%s" % (
                 ", ".join(hosts), " (check mode: nothing recorded)" if self._task.check_mode else ""))
             return result
         shown = maintenance.table(maintenance.order([str(h) for h in args["nodes"]], [str(h) for h in args["spares"]]) or hosts, records, run)
-        display.display("Maintenance %s (%s)\n%s" % (run, what, shown))
+        display.display("Maintenance %s (%s)%s\n%s" % (
+            run, what, " (check mode: as it would be; nothing recorded)" if self._task.check_mode else "", shown))
         result.update(failed_hosts={host: refused[host] for host in hosts if host in refused},
                       table=shown.splitlines())
         return result

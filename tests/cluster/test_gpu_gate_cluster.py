@@ -47,8 +47,8 @@ def foreign_process(cluster):
     return int(started.stdout.decode().strip())
 
 
-def job_folders(cluster):
-    return {node: cluster.node_exec(node, "sh", "-c", "ls -d /root/.gpufleet/jobs/%s 2>/dev/null" % JOB).stdout.strip()
+def job_folders(cluster, job=JOB):
+    return {node: cluster.node_exec(node, "sh", "-c", "ls -d /root/.gpufleet/jobs/%s 2>/dev/null" % job).stdout.strip()
             for node in cluster.nodes}
 
 
@@ -65,14 +65,17 @@ REFUSALS = [
     ("a foreign process on a GPU", "busy", [], [],
      "node1 GPU 0 (0000:18:00.0): is held by another process: pid {pid} (root, python3, 10240 MiB); stop that "
      "process, or launch with -e allow_busy_gpus=true"),
-    ("an unacknowledged hardware XID", {"gpus": [{}, {}]}, [XID_79], [],
-     "node1 GPU 1 (0000:19:00.0): XID 79 (GPU has fallen off the bus), last at"),
-    ("uncorrectable ECC", {"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]}, [], [],
-     "node1 GPU 1 (0000:19:00.0): 2 uncorrectable ECC errors since the driver loaded; reset the GPU"),
-    ("a pending row remap", {"gpus": [{"remapped_rows.pending": "Yes"}, {}]}, [], [],
-     "node1 GPU 0 (0000:18:00.0): a row remap is pending; reset the GPU (nvidia-smi -r -i 0"),
     ("an NVLink link down", {"gpus": [{}, {}], "nvlink": {"0": [UP] * 4, "1": [UP, "<inactive>", UP, UP]}}, [], [],
      "node1 GPU 1 (0000:19:00.0): NVLink link 1 down while 7 other links of the node's GPUs are up"),
+]
+# Three refusals of the node's hardware, one per launch, which then quarantine it (the quarantine test below).
+HARDWARE_REFUSALS = [
+    ("uncorrectable ECC", {"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]}, [],
+     "node1 GPU 1 (0000:19:00.0): 2 uncorrectable ECC errors since the driver loaded; reset the GPU"),
+    ("a pending row remap", {"gpus": [{"remapped_rows.pending": "Yes"}, {}]}, [],
+     "node1 GPU 0 (0000:18:00.0): a row remap is pending; reset the GPU (nvidia-smi -r -i 0"),
+    ("an unacknowledged hardware XID", {"gpus": [{}, {}]}, [XID_79],
+     "node1 GPU 1 (0000:19:00.0): XID 79 (GPU has fallen off the bus), last at"),
 ]
 
 
@@ -203,22 +206,20 @@ def test_a_node_whose_gpus_are_throttled_during_the_run_is_named_a_likely_stragg
 
 def test_three_hardware_faults_over_three_launches_quarantine_a_node_and_the_spare_takes_its_place(cluster, gpus):
     """node1's stand-in GPUs show three hardware faults, one per launch (uncorrectable ECC, a pending row remap, an
-    XID 79): each launch is refused by the gate, which records the fault in the fleet's history. The fourth launch
-    places node1's rank on the spare node2 and trains; fleet.yml shows node1 quarantined with its three faults and
-    returns it to service."""
+    XID 79): each launch is refused by the gate before anything is written, naming the GPU and the fault, and the
+    gate records the fault in the fleet's history. The fourth launch places node1's rank on the spare node2 and
+    trains; fleet.yml shows node1 quarantined with its three faults and returns it to service."""
     inventory = cluster.with_spare("node2")  # node0 and node1 the job's, node2 their spare
     at = ARGS.index("job=%s" % JOB)
     args = ARGS[:at - 1] + ARGS[at + 1:]  # ARGS without its job: each launch names its own
-    faults = [({"gpus": [{}, {"ecc.errors.uncorrected.volatile.total": 2}]}, [], "2 uncorrectable ECC errors"),
-              ({"gpus": [{"remapped_rows.pending": "Yes"}, {}]}, [], "a row remap is pending"),
-              ({"gpus": [{}, {}]}, [XID_79], "XID 79 (GPU has fallen off the bus)")]
     try:
-        for number, (state, lines, fact) in enumerate(faults, 1):
+        for number, (_name, state, lines, needle) in enumerate(HARDWARE_REFUSALS, 1):
             gpu_standin.write_state(NODE, state)
             for line in lines:
                 gpu_standin.log_kernel(NODE, line)
             refused = cluster.playbook("train.yml", *args, "-e", "job=gpu-q%d" % number, inventory=inventory)
-            assert refused.rc != 0 and fact in " ".join(refused.out.split()), refused.out[-3000:]
+            assert refused.rc != 0 and needle in " ".join(refused.out.split()), refused.out[-3000:]
+            assert job_folders(cluster, "gpu-q%d" % number) == {node: b"" for node in cluster.nodes}
         with open(os.path.join(cluster.state, "logs", "history.jsonl")) as handle:
             records = [json.loads(line) for line in handle]
         assert [(r["node"], r["class"], r["job"]) for r in records] == [

@@ -457,3 +457,46 @@ def test_slurm_s_health_check_drains_a_node_whose_gpu_reports_uncorrectable_ecc_
         slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node8", "State=RESUME")
     log = slurm_cluster.node_exec("node8", "cat", "/var/log/gpufleet-health-check.log").stdout.decode()
     assert "node8: drained: %s" % reason in log and "node8: passed, resumed" in log, log[-3000:]
+
+
+REBOOT_RECORDS_SLURM = """#!/bin/sh
+# maintain.yml's reboot on a container, which cannot reboot: what Slurm says of this node at that moment, and a new
+# boot id.
+scontrol --oneliner show node %s > /var/lib/gpufleet-test/at-reboot
+srun --nodelist=%s --immediate=5 hostname >> /var/lib/gpufleet-test/at-reboot 2>&1
+echo "srun rc=$?" >> /var/lib/gpufleet-test/at-reboot
+date +%%s%%N > /var/lib/gpufleet-test/boot-id
+"""
+
+
+def test_maintain_drains_each_node_with_the_maintenance_as_reason_while_it_changes_and_resumes_it(slurm_cluster,
+                                                                                                  slurm_runs):
+    """A reboot alone (maintain_reboot=always, --skip-tags all: no role runs), one node at a time: at its reboot
+    each node is drained in Slurm with the maintenance as reason and Slurm places no step there (the health check
+    program, every 5 s here, leaves that drain alone); after its check it is resumed. node9, drained by an operator
+    first, keeps its drain and reason."""
+    assert slurm_runs["converge"].rc == 0
+    for node in slurm_cluster.nodes:
+        slurm_cluster.node_exec(node, "sh", "-c", "mkdir -p /var/lib/gpufleet-test && echo 0 > /var/lib/gpufleet-test/"
+                                "boot-id && printf '%s' \"$0\" > /usr/local/sbin/gpufleet-test-reboot && chmod 755 "
+                                "/usr/local/sbin/gpufleet-test-reboot", REBOOT_RECORDS_SLURM % (node, node), check=True)
+    slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=DRAIN", "Reason=operator: fan",
+                            check=True)
+    try:
+        run = slurm_cluster.playbook(
+            "maintain.yml", "-e", "slurm_enabled=true", "-e", "maintain_reboot=always", "--skip-tags", "all",
+            "-e", "maintain_reboot_command=/usr/local/sbin/gpufleet-test-reboot",
+            "-e", "maintain_boot_time_command='cat /var/lib/gpufleet-test/boot-id'")
+        assert run.rc == 0, run.out[-5000:]
+        for node in slurm_cluster.nodes:
+            seen = slurm_cluster.node_exec(node, "cat", "/var/lib/gpufleet-test/at-reboot").stdout.decode()
+            reason = "operator: fan" if node == "node9" else "gpufleet maintenance: provision.yml --skip-tags all"
+            assert re.search(r"State=\S*DRAIN", seen) and "Reason=%s [root@" % reason in seen, "%s: %s" % (node, seen)
+            assert "srun rc=0" not in seen, (node, seen)
+        assert "DRAIN" not in _node(slurm_cluster, "node7") and "DRAIN" not in _node(slurm_cluster, "node8")
+        assert "Reason=operator: fan [root@" in _node(slurm_cluster, "node9")
+        assert re.search(r"^node9\s+back in service\s", run.out, re.M), run.out[-3000:]
+    finally:
+        slurm_cluster.node_exec("node7", "scontrol", "update", "NodeName=node9", "State=RESUME")
+        for node in slurm_cluster.nodes:
+            slurm_cluster.node_exec(node, "rm", "-rf", "/var/lib/gpufleet-test", "/usr/local/sbin/gpufleet-test-reboot")
