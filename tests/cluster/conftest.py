@@ -41,16 +41,24 @@ def _known_state(request):
     history the playbooks keep on the controller (logs/history.jsonl) is each test's own: the faults one test
     injects (a stand-in GPU's XID, a port set down) are recorded there, and must not quarantine a node for the
     next."""
+    if "own_nodes_state" in request.fixturenames:  # a module's own nodes: its history is each test's own too
+        yield
+        _forget_history(request.getfixturevalue("own_nodes_state"))
+        return
     if "cluster" not in request.fixturenames:
         yield
         return
     cluster = request.getfixturevalue("cluster")
     _settle(cluster, "before %s" % request.node.name)
     yield
-    history = os.path.join(cluster.state, "logs", "history.jsonl")
+    _forget_history(cluster.state)
+    _settle(cluster, "after %s" % request.node.name, wait_s=20)
+
+
+def _forget_history(state: str) -> None:
+    history = os.path.join(state, "logs", "history.jsonl")
     if os.path.exists(history):
         os.remove(history)
-    _settle(cluster, "after %s" % request.node.name, wait_s=20)
 
 
 def _settle(cluster, when: str, wait_s: float = 0) -> None:
@@ -96,6 +104,14 @@ def cluster(tmp_path_factory):
     finally:
         if not kept:
             testbed.down()
+
+
+@pytest.fixture(scope="session")
+def own_nodes_state(tmp_path_factory):
+    """The state folder (keys, inventories, the playbooks' logs and fleet history) of the nodes a module starts for
+    itself (Slurm's, the systemd node, the bare nodes): not the session cluster's, so that those modules need not
+    start it (each runs alone with its own nodes only). Each module removes its own nodes."""
+    return str(tmp_path_factory.mktemp("own-nodes"))
 
 
 @pytest.fixture(scope="session")

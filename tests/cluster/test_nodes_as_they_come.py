@@ -64,12 +64,12 @@ def test_mpirun_across_every_node_with_one_on_another_ssh_port(cluster, provisio
 
 
 @pytest.fixture(scope="module")
-def raw_cluster(cluster):
+def raw_cluster(own_nodes_state):
     """Three more nodes, never provisioned by gpufleet except for a Python with torch (python_env alone, with its
     default packages: torch and nothing else, as a user who sets nothing gets)."""
-    info = testbed.start_nodes(cluster.state, RAW, name="raw.yml")
+    info = testbed.start_nodes(own_nodes_state, RAW, name="raw.yml")
     try:
-        raw = Cluster(info, cluster.state)
+        raw = Cluster(info, own_nodes_state)
         # As a new user's first command on bare Debian nodes (README, quickstart step 3), before anything installed
         # python3-apt: read by test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed.
         raw.bare_check = raw.playbook("provision.yml", "--check", "--diff")

@@ -24,10 +24,10 @@ TAGS = ("--tags", "nvidia_driver,nvidia_fabricmanager")
 
 
 @pytest.fixture(scope="module")
-def systemd_node(cluster):
-    info = testbed.start_nodes(cluster.state, [NODE], name="systemd.yml")
+def systemd_node(own_nodes_state):
+    info = testbed.start_nodes(own_nodes_state, [NODE], name="systemd.yml")
     try:
-        yield Cluster(info, cluster.state)
+        yield Cluster(info, own_nodes_state)
     finally:
         testbed.remove_nodes([NODE])
 

@@ -355,10 +355,11 @@ def prepare() -> None:
 
 
 def up(state: str, count: int, image: str | None = None, plain: bool = False, volumes: tuple[str, ...] = ()) -> dict:
-    """A fresh cluster of nodes 0..count-1 (whatever an earlier run left is removed first)."""
+    """A fresh cluster of nodes 0..count-1 (whatever an earlier run left of them is removed first; the nodes of
+    other indices are left alone: they are the nodes a module starts for itself, see conftest.py's own_nodes_state)."""
     ensure_system_packages()
     os.makedirs(state, exist_ok=True)
-    down()  # whatever an interrupted run left behind
+    remove_nodes(list(range(count)))  # whatever an interrupted run left behind
     return start_nodes(state, list(range(count)), image=image, plain=plain, volumes=volumes)
 
 
