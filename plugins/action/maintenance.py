@@ -50,7 +50,7 @@ class ActionModule(ActionBase):
             display.display("%s: out of service for maintenance%s" % (
                 ", ".join(hosts), " (check mode: nothing recorded)" if self._task.check_mode else ""))
             return result
-        shown = maintenance.table(maintenance.order([str(h) for h in args["nodes"]], [str(h) for h in args["spares"]]) or hosts, records, run)
+        shown = maintenance.table(_ordered(args)[0] or hosts, records, run)
         display.display("Maintenance %s (%s)%s\n%s" % (
             run, what, " (check mode: as it would be; nothing recorded)" if self._task.check_mode else "", shown))
         result.update(failed_hosts={host: refused[host] for host in hosts if host in refused},
@@ -58,9 +58,9 @@ class ActionModule(ActionBase):
         return result
 
     def _plan(self, args: dict) -> dict:
-        nodes, spares = [str(host) for host in args["nodes"]], [str(host) for host in args["spares"]]
-        hosts = maintenance.order(nodes, spares)
+        hosts, spares = _ordered(args)
         size = maintenance.batch_size(args["batch"], len(hosts))
+        reboot, wait_s = maintenance.reboot_choice(args["reboot"]), maintenance.wait_seconds(args["wait_s"])
         jobs = dict(args["jobs"] or {})
         refused = maintenance.refusals(spares, jobs)
         if refused:
@@ -69,4 +69,11 @@ class ActionModule(ActionBase):
         lines = maintenance.plan_lines(groups, spares, jobs, bool(args["stop_jobs"]), str(args["what"]))
         display.display("\n".join(lines + (["(check mode: nothing is changed or recorded)"]
                                            if self._task.check_mode else [])))
-        return {"run": maintenance.run_id(), "batches": groups, "plan": lines, "what": str(args["what"])}
+        return {"run": maintenance.run_id(), "batches": groups, "plan": lines, "what": str(args["what"]),
+                "reboot": reboot, "wait_s": wait_s}
+
+
+def _ordered(args: dict) -> tuple[list[str], list[str]]:
+    """The hosts in the order they are maintained (spares first), and the spares."""
+    spares = [str(host) for host in args["spares"]]
+    return maintenance.order([str(host) for host in args["nodes"]], spares), spares

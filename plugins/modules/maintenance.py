@@ -64,6 +64,18 @@ options:
     description: C(maintain_batch), a number of nodes or a whole percentage of them (O(step=plan)).
     type: raw
     default: 1
+  reboot:
+    description:
+      - C(maintain_reboot) (O(step=plan)), checked and returned for the batches' steps; C(auto) reboots a node
+        where its change needs it, C(always) every node, C(never) none.
+      - A raw value, so that a wrong one is refused naming C(maintain_reboot) before any change.
+    type: raw
+    default: auto
+  wait_s:
+    description: C(maintain_wait_s) (O(step=plan)), how long a node's jobs are waited for, in whole seconds; checked
+      and returned for the batches' steps.
+    type: raw
+    default: 3600
   jobs:
     description: Each host's M(gpufleet.cluster.job_status) result, by host (O(step=plan)).
     type: dict
@@ -121,6 +133,14 @@ what:
   description: O(what), for the steps that follow (O(step=plan)).
   returned: success
   type: str
+reboot:
+  description: O(reboot), checked, for the steps that follow (O(step=plan)).
+  returned: success
+  type: str
+wait_s:
+  description: O(wait_s) in seconds, checked, for the steps that follow (O(step=plan)).
+  returned: success
+  type: int
 plan:
   description: The plan printed (O(step=plan)), as lines.
   returned: success

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.integration
     (["-e", "maintain_batch=3"], "maintain_batch=3: a batch takes 1 to 2 node(s)"),
     (["-e", "maintain_batch=half"], "maintain_batch=half is neither a number of nodes nor a whole percentage"),
     (["-e", "maintain_reboot=sometimes"], "maintain_reboot=sometimes must be auto, always or never"),
+    (["-e", "maintain_wait_s=1h"], "maintain_wait_s=1h must be a whole number of seconds"),
 ])
 def test_a_bad_maintenance_is_refused_before_any_node_is_taken_out(local, args, needle):
     run = local.playbook("maintain.yml", "-e", "allow_local=true", "--check", "--tags", "no_such_role", *args)

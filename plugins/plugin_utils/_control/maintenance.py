@@ -49,6 +49,25 @@ def batch_size(value: Any, count: int) -> int:
     return size
 
 
+REBOOTS = ("auto", "always", "never")
+
+
+def reboot_choice(value: Any) -> str:
+    """maintain_reboot: auto (where the change needs it), always or never; MaintenanceError for anything else."""
+    text = str(value).strip()
+    if text not in REBOOTS:
+        raise MaintenanceError("maintain_reboot=%s must be auto, always or never; nothing was changed" % (value,))
+    return text
+
+
+def wait_seconds(value: Any) -> int:
+    """maintain_wait_s: how long a node's jobs are waited for, in whole seconds; MaintenanceError otherwise."""
+    text = str(value).strip()
+    if not text.isdigit():
+        raise MaintenanceError("maintain_wait_s=%s must be a whole number of seconds; nothing was changed" % (value,))
+    return int(text)
+
+
 def order(nodes: Sequence[str], spares: Sequence[str]) -> list[str]:
     """The order nodes are maintained in: the spares first, so that a job keeps its capacity, then the nodes."""
     seen: list[str] = []

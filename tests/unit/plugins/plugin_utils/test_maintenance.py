@@ -33,6 +33,29 @@ def test_a_batch_of_none_or_more_than_the_nodes_is_refused_naming_the_value(valu
     assert str(caught.value).startswith(said) and str(caught.value).endswith("nothing was changed")
 
 
+@pytest.mark.parametrize("value, reboot", [("auto", "auto"), ("always", "always"), (" never", "never")])
+def test_maintain_reboot_is_auto_always_or_never(value, reboot):
+    assert maintenance.reboot_choice(value) == reboot
+
+
+@pytest.mark.parametrize("value, seconds", [(3600, 3600), ("0", 0), ("90 ", 90)])
+def test_maintain_wait_s_is_whole_seconds(value, seconds):
+    assert maintenance.wait_seconds(value) == seconds
+
+
+@pytest.mark.parametrize("check, value, said", [
+    (maintenance.reboot_choice, "sometimes", "maintain_reboot=sometimes must be auto, always or never"),
+    (maintenance.reboot_choice, True, "maintain_reboot=True must be"),
+    (maintenance.wait_seconds, "1h", "maintain_wait_s=1h must be a whole number of seconds"),
+    (maintenance.wait_seconds, -5, "maintain_wait_s=-5 must be"),
+    (maintenance.wait_seconds, "2.5", "maintain_wait_s=2.5 must be"),
+])
+def test_a_reboot_or_wait_that_is_not_one_is_refused_naming_the_value(check, value, said):
+    with pytest.raises(maintenance.MaintenanceError) as caught:
+        check(value)
+    assert str(caught.value).startswith(said) and str(caught.value).endswith("nothing was changed")
+
+
 def test_spares_come_first_then_the_nodes_in_order():
     hosts = maintenance.order(["node0", "node1", "node2"], ["spare0"])
     assert hosts == ["spare0", "node0", "node1", "node2"]
