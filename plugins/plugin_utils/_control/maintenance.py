@@ -63,7 +63,7 @@ def reboot_choice(value: Any) -> str:
 def wait_seconds(value: Any) -> int:
     """maintain_wait_s: how long a node's jobs are waited for, in whole seconds; MaintenanceError otherwise."""
     text = str(value).strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # not isdigit() alone: it also takes '²', which int() refuses
         raise MaintenanceError("maintain_wait_s=%s must be a whole number of seconds; nothing was changed" % (value,))
     return int(text)
 

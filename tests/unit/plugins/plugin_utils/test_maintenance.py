@@ -49,6 +49,7 @@ def test_maintain_wait_s_is_whole_seconds(value, seconds):
     (maintenance.wait_seconds, "1h", "maintain_wait_s=1h must be a whole number of seconds"),
     (maintenance.wait_seconds, -5, "maintain_wait_s=-5 must be"),
     (maintenance.wait_seconds, "2.5", "maintain_wait_s=2.5 must be"),
+    (maintenance.wait_seconds, "\u00b2", "maintain_wait_s=\u00b2 must be"),
 ])
 def test_a_reboot_or_wait_that_is_not_one_is_refused_naming_the_value(check, value, said):
     with pytest.raises(maintenance.MaintenanceError) as caught:
