@@ -14,12 +14,21 @@ it in the job's env to a shared file system instead), one per node (its local ra
 that replaced a lost one gets the state from a node that kept it. When gpufleet launches the job again after a
 failure (``GPUFLEET_ATTEMPT`` > 1), or with ``--resume``, every rank resumes from the newest checkpoint any node
 holds, at the step it was saved.
+
+When gpufleet stops the job (stop.yml, Ctrl-C, another node's failure before a restart, a hang, a maintenance), each
+rank first finds the file ``GPUFLEET_STOP_FILE`` names (why, and the seconds it has before SIGKILL), then gets
+SIGTERM. This script takes either as "save now": at the end of the step it is in, each node's local rank 0 saves a
+checkpoint, and the ranks end. A rank stuck in a collective cannot reach the end of its step; SIGKILL ends it after
+the grace period (``-e stop_grace_s=``), and the newest checkpoint of any node is used. Launch again with
+``--resume`` after a stop (a restart resumes by itself).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import socket
 import time
 
@@ -127,8 +136,31 @@ def leave_process_group(device: torch.device) -> None:
     time.sleep(0.5)
 
 
+class StopNotice:
+    """gpufleet's stop notice, or SIGTERM from anyone: the run is to save and end. Needs nothing of gpufleet."""
+
+    def __init__(self) -> None:
+        self.path = os.environ.get("GPUFLEET_STOP_FILE", "")
+        self.signalled = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)  # the default action would end the rank before it saves
+
+    def _on_sigterm(self, _signum: int, _frame: object) -> None:
+        self.signalled = True
+
+    def heard(self) -> str | None:
+        """Why the run must stop, or None while it need not."""
+        if self.path and os.path.exists(self.path):
+            try:
+                with open(self.path, encoding="utf-8") as handle:
+                    return str(json.load(handle).get("reason") or "stop notice")
+            except (OSError, ValueError):
+                return "stop notice"
+        return "SIGTERM" if self.signalled else None
+
+
 def main() -> None:
     args = parse_args()
+    stop = StopNotice()
     use_cuda = torch.cuda.is_available()
     backend = "nccl" if use_cuda else "gloo"
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -187,6 +219,13 @@ def main() -> None:
             time.sleep(args.step_s)
             if saves and args.checkpoint_every and step % args.checkpoint_every == 0:
                 save_checkpoint(checkpoint, step, epoch, net, optimizer)
+            why = stop.heard()
+            if why is not None:
+                if saves:
+                    save_checkpoint(checkpoint, step, epoch, net, optimizer)
+                    print("rank %d saved step %d before the stop: %s" % (rank, step, why), flush=True)
+                time.sleep(0.5)  # Gloo's thread lets go of the last collective first (see leave_process_group)
+                return
         loss_sum, samples = global_sum([loss_sum, samples], device)
         accuracy = evaluate(net, test_loader, device)
         if saves:

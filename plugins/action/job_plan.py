@@ -13,6 +13,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images, history, plan, ports
@@ -125,6 +126,12 @@ def hang_timeout(value: Any) -> int | None:
                              % exc)
 
 
+def supervision_plan(given: dict) -> dict:
+    """The supervision settings the plan checks: the hang watchdog's seconds, and the stop's grace period."""
+    return {"hang_timeout": hang_timeout(given.get("hang_timeout")),
+            "grace_s": plan.parse_seconds(given.get("stop_grace_s"), "stop_grace_s", Defaults.GRACE_S, maximum=3600.0)}
+
+
 def _nodes(group: str, groups: dict, task_vars: dict) -> list[str]:
     """The node group's hosts of the play, in rank order."""
     if group not in groups or not groups[group]:
@@ -225,7 +232,7 @@ class ActionModule(ActionBase):
             "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),
-            "hang_timeout": hang_timeout(args.get("hang_timeout")),
+            **supervision_plan(args.get("supervision") or {}),
             "health_diag": plan.parse_health_diag(args.get("health_diag")),
             "max_restarts": max_restarts,
             "launcher": chosen_launcher,

@@ -154,7 +154,9 @@ options:
     type: dict
     suboptions:
       grace_s:
-        description: Seconds between SIGTERM and SIGKILL when the job is stopped (by a user, the gang or the watchdog).
+        description:
+          - Seconds a rank has from its stop notice (the file C(GPUFLEET_STOP_FILE) names, written before SIGTERM) to
+            SIGKILL when the job is stopped (by a user, the gang, the watchdog or a maintenance).
         type: float
         default: 5
       start_timeout_s:

@@ -80,9 +80,15 @@ options:
         otherwise they are left out, said in the plan's C(spares_note). Hosts of O(group) are never spares. A missing or empty group is no spare.
     type: str
     default: gpu_spares
-  hang_timeout:
-    description: Seconds without output on every node before the job counts as hung (a whole number >= 1); unset is off.
-    type: raw
+  supervision:
+    description:
+      - The supervision settings as the user gave them, checked here before any node is touched.
+      - C(hang_timeout) - seconds without output on every node before the job counts as hung (a whole number >= 1);
+        unset is off.
+      - C(stop_grace_s) - seconds a rank has from its stop notice (C(GPUFLEET_STOP_FILE)) to SIGKILL, SIGTERM coming
+        with the notice; a number from 0 to 3600, 5 when unset.
+    type: dict
+    default: {}
   health_diag:
     description:
       - The level of DCGM's diagnostic the GPU health gate runs on every node before launch (C(dcgmi diag -r LEVEL),
@@ -207,6 +213,9 @@ plan:
     hang_timeout:
       description: The hang watchdog's timeout in seconds, or null when off.
       type: int
+    grace_s:
+      description: Seconds from a rank's stop notice to SIGKILL (C(stop_grace_s) of O(supervision)).
+      type: float
     health_diag:
       description: The DCGM diagnostic level of the health gate, 0 for none.
       type: int

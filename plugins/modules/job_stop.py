@@ -43,7 +43,9 @@ options:
     type: str
     default: stopped by request
   timeout_s:
-    description: Seconds to wait for the supervisor to finish stopping before ending the processes directly.
+    description:
+      - Seconds to wait for the supervisor to finish stopping before ending the processes directly; never less than
+        the job's own grace period (as launched) and 20 s.
     type: float
     default: 30
   cancel_scheduler:

@@ -121,6 +121,8 @@ BAD_INPUTS = [
      None, "gpufleet_secret_env: 'A-B' is not a valid environment variable name"),
     ("max_restarts not a number", "train.yml", TRAIN + ["-e", "max_restarts=twice"], None, None,
      "max_restarts: must be a whole number, got 'twice'"),
+    ("stop grace not seconds", "train.yml", TRAIN + ["-e", "stop_grace_s=5m"], None, None,
+     "stop_grace_s: must be a number of seconds from 0 to 3600, got '5m'"),
     ("hang_timeout 0", "train.yml", TRAIN + ["-e", "hang_timeout=0"], None, None,
      "hang_timeout: must be between 1 and 604800, got 0 (seconds without output on every node; leave it unset"),
     ("health_diag not a DCGM level", "train.yml", TRAIN + ["-e", "health_diag=5"], None, None,
@@ -328,3 +330,71 @@ def test_secret_env_reaches_the_ranks_but_no_log_argument_list_or_readable_file(
             if path.is_file() and path.name != "secret_env":
                 assert secret not in path.read_text(errors="replace"), path
     local.playbook("stop.yml", "-e", "job=secret")
+
+
+def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resumes_from(local):
+    """The stop notice (GPUFLEET_STOP_FILE, before SIGTERM; stop_notice.py) on two torchrun nodes: node1's rank fails
+    in attempt 1, node0's rank hears why, saves, and attempt 2 resumes from its save; then stop.yml stops attempt 2,
+    both ranks save, and a launch of the same job resumes from those saves and ends well."""
+    ckpt = local.root / "ckpt"
+    ckpt.mkdir()
+    env = {"GLOO_SOCKET_IFNAME": "lo", "CKPT_DIR": str(ckpt), "FAIL_NODE_RANK": "1", "FAIL_STEP": "10"}
+    args = ["-e", "script=%s/save_on_stop.py" % SCRIPTS, "-e", "job=saver", "-e", "stop_grace_s=20"]
+    first = local.playbook("train.yml", *args, "-e", "max_restarts=1", "-e", "wait=false",
+                           "-e", json.dumps({"gpufleet_env": env}))
+    assert first.rc == 0, first.out[-3000:]
+    log0 = local.job_dir("node0", "saver") / "job.log"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not ("rank 0 attempt 2 starts" in log0.read_text()
+                                               and "rank 1 attempt 2 starts" in
+                                               (local.job_dir("node1", "saver") / "job.log").read_text()):
+        time.sleep(0.5)
+    text = log0.read_text()
+    saved = re.search(r"rank 0 saved step (\d+) \(notice before SIGTERM: (?:\[True\]|no SIGTERM yet)\): (.*)", text)
+    assert saved, text[-3000:]
+    assert "node1" in saved.group(2), saved.group(0)  # the peer whose failure stopped it
+    assert int(saved.group(1)) >= 9
+    assert "rank 0 attempt 2 starts at step %s (grace 20 s)" % saved.group(1) in text, text[-3000:]
+
+    stop = local.playbook("stop.yml", "-e", "job=saver")
+    assert stop.rc == 0, stop.out[-3000:]
+    steps = {}
+    for node, rank in (("node0", 0), ("node1", 1)):
+        text = (local.job_dir(node, "saver") / "job.log").read_text()
+        found = re.findall(r"rank %d saved step (\d+) \(notice before SIGTERM: (?:\[True\]|no SIGTERM yet)\): "
+                           r"stopped with playbooks/stop.yml" % rank, text)
+        assert found, text[-3000:]
+        steps[rank] = int(found[-1])
+        assert json.loads((ckpt / ("rank%d.json" % rank)).read_text()) == {"step": steps[rank]}
+
+    again = local.playbook("train.yml", *args, "-e", json.dumps({"gpufleet_env": dict(env, RUN_STEPS="3")}))
+    assert again.rc == 0, again.out[-3000:]
+    for node, rank in (("node0", 0), ("node1", 1)):
+        text = (local.logs / "saver" / ("%s.log" % node)).read_text()
+        assert "rank %d attempt 1 starts at step %d" % (rank, steps[rank]) in text, text[-2000:]
+        assert "rank %d done at step %d" % (rank, steps[rank] + 3) in text, text[-2000:]
+
+
+def test_the_example_saves_when_stopped_and_resumes_from_that_step(local):
+    """examples/train.py (DDP, Gloo) reads the stop notice: stop.yml mid-epoch leaves a checkpoint of the step it
+    was in, and --resume goes on from that step to the end."""
+    args = ["-e", "script=examples/train.py", "-e", "job=example", "-e", "stop_grace_s=30",
+            "-e", json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo"}})]
+    first = local.playbook("train.yml", *args, "-e", "wait=false",
+                           "-e", "script_args='--epochs 40 --step-s 0.1 --checkpoint-every 0'")
+    assert first.rc == 0, first.out[-3000:]
+    log0 = local.job_dir("node0", "example") / "job.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "epoch 1/40" not in log0.read_text():
+        time.sleep(0.5)
+    assert "epoch 1/40" in log0.read_text(), log0.read_text()[-3000:]
+    stop = local.playbook("stop.yml", "-e", "job=example")
+    assert stop.rc == 0, stop.out[-3000:]
+    saved = re.search(r"rank 0 saved step (\d+) before the stop: stopped with playbooks/stop.yml", log0.read_text())
+    assert saved, log0.read_text()[-3000:]
+    assert "epoch 40/40" not in log0.read_text()  # stopped mid-run
+    again = local.playbook("train.yml", *args, "-e", "script_args='--epochs 40 --resume'")
+    assert again.rc == 0, again.out[-3000:]
+    text = (local.logs / "example" / "node0.log").read_text()
+    assert re.search(r"rank 0 resumes from step %s \(epoch \d+\)" % saved.group(1), text), text[-3000:]
+    assert "final test_accuracy" in text and "epoch 40/40" in text

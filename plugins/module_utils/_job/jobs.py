@@ -55,6 +55,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import TASK_FILES, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.supervisor_bundle import entry_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile, clear_run
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import write_notice
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     job_environment,
     render_env_file,
@@ -344,16 +345,18 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
     cancelled = scheduler_of(spec.get("scheduler")).cancel(spec, wanted)
     if cancelled:
         result["scancel"] = cancelled
+    grace = float(spec.get("grace_s", Defaults.GRACE_S))  # the job's own, as launched
     if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         # With stacks, the supervisor first reads its ranks, then waits for the other nodes to have read theirs.
-        deadline = time.monotonic() + timeout_s + (2 * DUMP_TIMEOUT_S if stacks else 0)
+        deadline = time.monotonic() + max(timeout_s, grace + 20) + (2 * DUMP_TIMEOUT_S if stacks else 0)
         # Until the supervisor itself is gone (it says goodbye to the other nodes after recording the end).
         while time.monotonic() < deadline and supervisor_alive(current):
             time.sleep(0.1)
     # The supervisor is gone, or did not finish in time: end what is left of the run directly.
-    grace = float(spec.get("grace_s", Defaults.GRACE_S))
     result.update(runtime.remove_leftovers(spec, path))
+    if token and run_processes(token):  # ranks left without their supervisor still hear of the stop first
+        write_notice(path, reason, int(current.get("attempt") or 1), grace)
     killed = end_run(token, grace) if token else 0
     final = status(path)
     if is_running(final) or final["state"] == JobState.LOST:

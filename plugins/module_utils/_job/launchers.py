@@ -30,6 +30,7 @@ import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 HOSTFILE = "hostfile"
@@ -156,7 +157,7 @@ def rank_starts(spec) -> str:
 def exported_names(env: dict[str, str]) -> list[str]:
     """The variables mpirun must pass to the ranks on other nodes (its -x list)."""
     names = set(env) | {"GPUFLEET_RUN_ID", "GPUFLEET_RANK_STARTS", "GPUFLEET_JOB", "GPUFLEET_ATTEMPT",
-                        "GPUFLEET_RESTART_REASON", "PATH",
+                        "GPUFLEET_RESTART_REASON", STOP_FILE_VAR, STOP_GRACE_VAR, "PATH",
                         "PYTHONUNBUFFERED"} | {name for name, _older, _value in FLIGHT_RECORDER}
     return sorted(names)
 

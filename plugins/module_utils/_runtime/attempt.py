@@ -47,6 +47,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import place_env
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import notice_env
 
 
 class AttemptHost(Protocol):
@@ -100,6 +101,7 @@ class Attempt:
         env["GPUFLEET_ATTEMPT"] = str(node.attempt)
         env["GPUFLEET_RESTART_REASON"] = node.restart_reason  # why this attempt is a restart; empty in the first
         env.update(place_env(node))  # with spares: this attempt's node rank, master address and ranks here
+        env.update(notice_env(node.job_dir, node.grace_s))  # where the ranks hear of a stop before it (stop_notice.py)
         with open(os.path.join(node.job_dir, LOG_FILE), "ab", buffering=0) as log:
             return subprocess.Popen(  # pylint: disable=consider-using-with
                 ["/bin/bash", os.path.join(node.job_dir, LAUNCH_FILE)],
@@ -161,8 +163,9 @@ class Attempt:
             if stopping is None:
                 stopping = node.stop_decision()
                 if stopping is not None:
-                    stopping_since, stop_decided_at = time.monotonic(), time.time()
-                    node.begin_stop(stopping)
+                    stop_decided_at = time.time()
+                    node.begin_stop(stopping)  # stacks where wanted, then the stop notice: the grace counts from it
+                    stopping_since = time.monotonic()
                     if not ending_on_its_own(stopping, node.ranks.first_exit_at):
                         self._terminate()
                         terminated = True

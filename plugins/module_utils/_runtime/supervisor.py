@@ -51,6 +51,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_sta
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import clear_notice, write_notice
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
     attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, rank_failure_news, restart_decision,
     stacks_read)
@@ -198,8 +199,14 @@ class Supervisor:
         self.stopping = True
         self.save(state=JobState.STOPPING, stop_reason=stop.reason, stop_requested_at=time.time())
         self.log(stop.reason)
-        if stop.stacks:  # a hang, or a stop that asked for them
+        if stop.stacks:  # a hang, or a stop that asked for them: read before the ranks hear of the stop and move on
             self._dump_stacks(stop)
+        # The ranks hear of the stop before their SIGTERM (stop_notice.py); the grace counts from here.
+        try:
+            told = "the ranks are told to save: %s" % write_notice(self.job_dir, stop.reason, self.attempt, self.grace_s)
+        except OSError as exc:
+            told = "the stop notice could not be written (%s); the ranks hear of the stop by SIGTERM only" % exc
+        self.log("%s (SIGKILL no sooner than %g s from now)" % (told, self.grace_s))
 
     def _dump_stacks(self, stop: StopReason) -> None:
         """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to take theirs; the
@@ -236,6 +243,7 @@ class Supervisor:
 
     def begin_attempt(self) -> None:
         self.telling, self.stacks_taken, self.stopping = None, False, False  # of the last attempt's end
+        clear_notice(self.job_dir)
         self.attempt_started = self.silence.begin_attempt()
         self.ranks.begin(self.attempt_started)
 

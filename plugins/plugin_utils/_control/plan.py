@@ -95,6 +95,16 @@ def parse_positive_int(
     return number
 
 
+def parse_seconds(value: Any, variable: str, default: float, maximum: float) -> float:
+    """A number of seconds from 0 to maximum, given on the command line (a string) or in YAML; unset is default."""
+    if value is None or value == "":
+        return default
+    text = "" if isinstance(value, bool) else str(value).strip()
+    if not re.match(r"^\d+(\.\d+)?$", text) or float(text) > maximum:
+        raise PlanError("%s: must be a number of seconds from 0 to %g, got %r" % (variable, maximum, value))
+    return float(text)
+
+
 def parse_bool(value: Any, variable: str) -> bool:
     """Parse a boolean given as YAML or as an -e string."""
     if isinstance(value, bool):

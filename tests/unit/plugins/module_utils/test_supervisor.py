@@ -7,6 +7,7 @@ watchdog and gang restarts. Across real machines the same code runs in
 tests/cluster/test_supervision.py.
 """
 
+import json
 import os
 import re
 import shlex
@@ -362,6 +363,39 @@ def test_a_user_stop_on_one_node_ends_the_job_everywhere_without_a_restart(gang)
     ended = wait_for(g.ended)
     assert ended[0]["state"] == "stopped" and len(ended[0]["attempts"]) == 1
     assert ended[1]["state"] == "stopped" and "stopped by the user" in ended[1]["stop_reason"]
+
+
+# Each rank writes down, when its SIGTERM comes, whether the stop notice was there first and what it said.
+HEARS_THE_STOP = (
+    'heard="${GPUFLEET_STOP_FILE%/*}/heard.$GPUFLEET_ATTEMPT"\n'
+    'echo "attempt $GPUFLEET_ATTEMPT grace $GPUFLEET_STOP_GRACE_S notice at start: $(ls "$GPUFLEET_STOP_FILE" 2>&1)"\n'
+    'trap \'if [ -e "$GPUFLEET_STOP_FILE" ]; then cat "$GPUFLEET_STOP_FILE" > "$heard"; else echo none > "$heard"; fi;'
+    ' exit 0\' TERM\n'
+    'if [ "$GPUFLEET_ATTEMPT" = 1 ] && [ "$NODE_RANK" = 1 ]; then sleep 0.5; exit 7; fi\n'
+    'while true; do sleep 0.1; done\n'
+)
+
+
+def test_a_rank_hears_why_and_how_long_before_its_sigterm_at_a_peer_s_failure_and_a_user_s_stop(gang):
+    """The stop notice (stop_notice.py): written before SIGTERM, gone when the next attempt starts, and the grace
+    counted from it."""
+    g = gang([HEARS_THE_STOP, HEARS_THE_STOP], max_restarts=1, restart_ports=(free_udp_port(),), grace_s=2.0)
+    heard = [os.path.join(g.paths[0], "heard.%d" % attempt) for attempt in (1, 2)]
+    wait_for(lambda: os.path.exists(heard[0]) and g.status(0)["attempt"] == 2, timeout=30)
+    first = json.loads(open(heard[0]).read())
+    assert first["attempt"] == 1 and first["grace_s"] == 2.0 and first["deadline"] == pytest.approx(
+        first["written_at"] + 2.0)
+    assert "n1" in first["reason"] and "exit" in first["reason"], first  # the peer whose failure stopped it
+    wait_for(lambda: all("attempt 2 grace" in "\n".join(g.status(r)["log_tail"]) for r in (0, 1)), timeout=30)
+    jobs.stop(g.paths[0], "stopped by the user", check_mode=False)
+    ended = wait_for(g.ended)
+    assert [state["state"] for state in ended] == ["stopped", "stopped"]
+    for rank in (0, 1):
+        log = open(ended[rank]["log_path"]).read()
+        assert "attempt 2 grace 2 notice at start: ls: cannot access" in log  # the first stop's notice is gone
+        assert "the ranks are told to save: %s" % os.path.join(g.paths[rank], "stop_notice.json") in log
+        second = json.loads(open(os.path.join(g.paths[rank], "heard.2")).read())
+        assert second["attempt"] == 2 and "stopped by the user" in second["reason"]
 
 
 def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):

@@ -167,3 +167,16 @@ def test_health_diag_is_a_dcgm_level(value, level):
 def test_health_diag_that_dcgm_does_not_know_is_refused_naming_it(value):
     with pytest.raises(plan.PlanError, match=r"health_diag: .* is not a DCGM diagnostic level"):
         plan.parse_health_diag(value)
+
+
+@pytest.mark.parametrize("value, expected", [(None, 5.0), ("", 5.0), ("0", 0.0), ("30", 30.0), (" 2.5 ", 2.5),
+                                             (60, 60.0), (1.5, 1.5), ("3600", 3600.0)])
+def test_a_stop_grace_is_a_number_of_seconds(value, expected):
+    assert plan.parse_seconds(value, "stop_grace_s", 5.0, maximum=3600.0) == expected
+
+
+@pytest.mark.parametrize("value", ["ten", "-1", -1, "nan", "inf", "1e3", "3601", True, "5s", "²", [5]])
+def test_a_stop_grace_that_is_not_seconds_is_refused_naming_it(value):
+    with pytest.raises(PlanError) as found:
+        plan.parse_seconds(value, "stop_grace_s", 5.0, maximum=3600.0)
+    assert str(found.value) == "stop_grace_s: must be a number of seconds from 0 to 3600, got %r" % (value,)
