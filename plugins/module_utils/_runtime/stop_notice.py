@@ -7,19 +7,21 @@
 Every rank gets two variables (the launchers pass them on, mpirun by its -x list, a container by name):
 GPUFLEET_STOP_FILE, the path of a file that does not exist while the attempt runs, and GPUFLEET_STOP_GRACE_S, the
 job's grace period. When the node's part must stop (stop.yml, Ctrl-C while train.yml waits, another node's failure
-before a restart, the hang watchdog, maintenance), the supervisor writes the file, whole (written aside and renamed
-into place), and only then sends SIGTERM; SIGKILL comes no sooner than grace_s after the file appeared. Its
-appearance means "save now"; it holds JSON: reason, attempt, grace_s, deadline (Unix time, the earliest SIGKILL) and
-written_at. A script needs nothing of gpufleet to use it: ``os.path.exists(os.environ["GPUFLEET_STOP_FILE"])``
-between steps, with a SIGTERM handler that lets the step finish (Python's default action for SIGTERM ends the
-process at once). Each attempt starts without the file (begin_attempt removes it). Standard library only; shipped
-to the nodes as part of the supervisor."""
+before a restart, the hang watchdog, maintenance), the supervisor writes the file, whole (job_processes.write_atomic),
+and only then sends SIGTERM; SIGKILL comes no sooner than grace_s after the file appeared. Its appearance means "save
+now"; it holds JSON: reason, attempt, grace_s, deadline (Unix time, the earliest SIGKILL) and written_at. A script
+needs nothing of gpufleet to use it: ``os.path.exists(os.environ["GPUFLEET_STOP_FILE"])`` between steps, with a
+SIGTERM handler that lets the step finish (Python's default action for SIGTERM ends the process at once). Each
+attempt starts without the file (begin_attempt removes it). Standard library only; shipped to the nodes as part of
+the supervisor."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import write_atomic
 
 STOP_FILE_VAR = "GPUFLEET_STOP_FILE"
 STOP_GRACE_VAR = "GPUFLEET_STOP_GRACE_S"
@@ -41,13 +43,10 @@ def notice_text(reason: str, attempt: int, grace_s: float, now: float) -> str:
 
 
 def write_notice(job_dir: str, reason: str, attempt: int, grace_s: float, now: float | None = None) -> str:
-    """Put the notice in place whole (a rank that sees the file can read all of it); return its path."""
+    """Put the notice in place whole (a rank that sees the file can read all of it); return its path. Readable by
+    all: a container's ranks may run as another user than the supervisor."""
     path = notice_path(job_dir)
-    aside = path + ".new"
-    with open(aside, "w", encoding="utf-8") as handle:
-        handle.write(notice_text(reason, attempt, grace_s, time.time() if now is None else now))
-    os.chmod(aside, 0o644)  # a container's ranks may run as another user than the supervisor
-    os.replace(aside, path)
+    write_atomic(path, notice_text(reason, attempt, grace_s, time.time() if now is None else now), 0o644)
     return path
 
 

@@ -377,8 +377,8 @@ HEARS_THE_STOP = (
 
 
 def test_a_rank_hears_why_and_how_long_before_its_sigterm_at_a_peer_s_failure_and_a_user_s_stop(gang):
-    """The stop notice (stop_notice.py): written before SIGTERM, gone when the next attempt starts, and the grace
-    counted from it."""
+    """The stop notice (stop_notice.py): written before SIGTERM, with the reason, attempt and grace, and gone when
+    the next attempt starts."""
     g = gang([HEARS_THE_STOP, HEARS_THE_STOP], max_restarts=1, restart_ports=(free_udp_port(),), grace_s=2.0)
     heard = [os.path.join(g.paths[0], "heard.%d" % attempt) for attempt in (1, 2)]
     wait_for(lambda: os.path.exists(heard[0]) and g.status(0)["attempt"] == 2, timeout=30)
