@@ -87,6 +87,9 @@ class ActionModule(ActionBase):
         restarts = report.restarts_said(results)
         if restarts:
             display.display("Restarts: %s" % restarts)
+        earlier = report.earlier_attempts_said(results, str(args["logs_dir"])) if args.get("logs_dir") else ""
+        if earlier:  # each attempt's own stacks and dumps, as the last attempt's are beside the logs
+            display.display("Kept from the attempts before a restart: %s" % earlier)
         replaced = report.replacements_said(results)
         if replaced:
             display.display("Spares: %s" % replaced)
@@ -101,7 +104,8 @@ class ActionModule(ActionBase):
         if stacks and stacks not in (message or ""):  # taken before a stop that asked for them, not on a hang
             display.display("Where each rank was when the job was stopped: %s" % stacks)
         result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
-                      stacks=stacks, flight_recorder=recorder, replaced=replaced)
+                      stacks=stacks, flight_recorder=recorder, replaced=replaced,
+                      earlier_attempts=earlier)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:

@@ -113,6 +113,13 @@ replaced:
   returned: always
   type: str
   sample: "node3 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node3 takes node_rank 1"
+earlier_attempts:
+  description:
+    - With O(logs_dir), what the attempts before a restart left (each node's stacks, the flight recorder's dumps),
+      fetched to C(<logs_dir>/attempt<N>/) and printed under the table; empty when they left nothing.
+  returned: always
+  type: str
+  sample: "logs/llama-ft/attempt1/ (stacks of 2 nodes, 4 flight recorder dumps)"
 flight_recorder:
   description:
     - With O(logs_dir), what the dumps of PyTorch's flight recorder fetched into C(<logs_dir>/flight_recorder/) say

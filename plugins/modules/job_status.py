@@ -113,6 +113,18 @@ jobs:
       type: dict
       returned: when the ranks wrote dumps
       sample: {"dir": "/home/alice/.gpufleet/jobs/llama-ft/flight_recorder", "dumps": ["rank_0", "rank_1"]}
+    earlier_attempts:
+      description:
+        - What the attempts of this run before a restart left, oldest first, kept aside so that the next attempt
+          did not write over them (C(stacks) and C(flight_recorder) above are the last attempt's). For each,
+          C(attempt), C(dir) (the job folder's C(attempts/<N>)) and C(files) (C(stacks.txt),
+          C(flight_recorder/rank_<global rank>)). Fetched with the logs to C(<logs>/<job>/attempt<N>/).
+          A relaunch of the job keeps the previous run's as C(attempts.<run id>).
+      type: list
+      elements: dict
+      returned: when an earlier attempt left stacks or dumps
+      sample: [{"attempt": 1, "dir": "/home/alice/.gpufleet/jobs/llama-ft/attempts/1",
+                "files": ["stacks.txt", "flight_recorder/rank_0"]}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -118,6 +118,13 @@ def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_work
     logs = os.path.join(cluster.state, "logs", job)
     assert not os.path.exists(os.path.join(logs, "node1.stacks.txt"))
     assert sorted(rank_sections(os.path.join(logs, "node2.stacks.txt"))) == [4, 5]
+    # Attempt 1's stacks and flight recorder files were kept aside on the nodes before attempt 2 wrote its own
+    # (attempt_files.py), and fetched beside the logs.
+    first = os.path.join(logs, "attempt1")
+    assert sorted(rank_sections(os.path.join(first, "node2.stacks.txt"))) == [4, 5]
+    assert sorted(os.listdir(os.path.join(first, "flight_recorder"))) == ["rank_%d" % r for r in range(6)]
+    assert ("Kept from the attempts before a restart: %s/ (stacks of 2 nodes, 6 flight recorder dumps)" % first
+            in out), out[-3000:]
     for node in cluster.nodes:  # the logs and the report as ever; two attempts, then no more
         with open(os.path.join(logs, "%s.log" % node)) as handle:
             log = handle.read()

@@ -335,7 +335,8 @@ def test_secret_env_reaches_the_ranks_but_no_log_argument_list_or_readable_file(
 def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resumes_from(local):
     """The stop notice (GPUFLEET_STOP_FILE, before SIGTERM; stop_notice.py) on two torchrun nodes: node1's rank fails
     in attempt 1, node0's rank hears why, saves, and attempt 2 resumes from its save; then stop.yml stops attempt 2,
-    both ranks save, and a launch of the same job resumes from those saves and ends well."""
+    both ranks save, and a launch of the same job resumes from those saves and ends well. What attempt 1 left in
+    place of a flight recorder dump is kept aside and fetched."""
     ckpt = local.root / "ckpt"
     ckpt.mkdir()
     env = {"GLOO_SOCKET_IFNAME": "lo", "CKPT_DIR": str(ckpt), "FAIL_NODE_RANK": "1", "FAIL_STEP": "10"}
@@ -366,6 +367,11 @@ def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resume
         assert found, text[-3000:]
         steps[rank] = int(found[-1])
         assert json.loads((ckpt / ("rank%d.json" % rank)).read_text()) == {"step": steps[rank]}
+    # What attempt 1 left where the flight recorder dumps go (node1's failing rank) was kept aside from attempt 2
+    # on the node (attempt_files.py) and fetched by stop.yml beside the logs.
+    kept = local.logs / "saver" / "attempt1" / "flight_recorder" / "rank_1"
+    assert kept.read_text() == "placeholder of attempt 1, not a dump\n"
+    assert "Kept from the attempts before a restart: %s/ (1 flight recorder dump)" % kept.parent.parent in stop.out
 
     again = local.playbook("train.yml", *args, "-e", json.dumps({"gpufleet_env": dict(env, RUN_STEPS="3")}))
     assert again.rc == 0, again.out[-3000:]

@@ -27,6 +27,7 @@ import sys
 import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_logs, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import attempt_files
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     end_run,
     read_json,
@@ -113,9 +114,12 @@ def status(path: str, tail: int = 0, slurm_wait_s: float = 0.0) -> dict:
         result["root_cause"] = cause
         lines = job_logs.without_agent_report(lines)
     result["log_tail"] = lines[-tail:] if tail else []
-    dumps = launchers.flight_recorder_dumps(path)
+    dumps = attempt_files.flight_recorder_dumps(path)
     if dumps:  # PyTorch's flight recorder dumped (a collective timed out): fetched with the logs
-        result["flight_recorder"] = {"dir": os.path.join(path, launchers.FLIGHT_RECORDER_DIR), "dumps": dumps}
+        result["flight_recorder"] = {"dir": os.path.join(path, attempt_files.FLIGHT_RECORDER_DIR), "dumps": dumps}
+    earlier = attempt_files.kept_attempts(path)
+    if earlier:  # what the attempts before a restart left (their stacks and dumps): fetched with the logs
+        result["earlier_attempts"] = earlier
     return result
 
 
@@ -278,15 +282,13 @@ def _write_script(spec: JobSpec, content: str) -> None:
 
 
 def _keep_previous_run(path: str, previous: dict) -> None:
-    """The previous run's log (job.<run id>.log) and flight recorder dumps (flight_recorder.<run id>/) are kept
-    beside the new run's, never mixed with them."""
+    """The previous run's log (job.<run id>.log), stacks, flight recorder dumps and earlier attempts' files
+    (attempt_files.keep_run) are kept beside the new run's, never mixed with them."""
     suffix = previous.get("run_id") or str(int(time.time()))
     log = os.path.join(path, LOG_FILE)
     if os.path.exists(log):
         os.replace(log, os.path.join(path, "job.%s.log" % suffix))
-    if launchers.flight_recorder_dumps(path):
-        dumps = os.path.join(path, launchers.FLIGHT_RECORDER_DIR)
-        os.replace(dumps, "%s.%s" % (dumps, suffix))
+    attempt_files.keep_run(path, suffix)
 
 
 def _start_supervisor(path: str, timeout_s: float) -> dict:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import FLIGHT_RECORDER_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
@@ -248,17 +248,15 @@ def render_command(parts: list[str]) -> str:
 
 
 # PyTorch's flight recorder (NCCL process groups): each rank keeps its last collectives and, when one times out,
-# dumps them (torch/distributed/flight_recorder reads the dumps), into the job folder (<dump file prefix><rank>). The
-# names torch 2.13 reads; each is set unless the job or an environment file set it, or its older name (the second;
-# older torch reads only that one).
-FLIGHT_RECORDER_DIR = "flight_recorder"
+# dumps them (torch/distributed/flight_recorder reads the dumps), into the job folder (<dump file prefix><rank>; an
+# earlier attempt's are kept aside by the supervisor: _runtime/attempt_files.py). The names torch 2.13 reads; each
+# is set unless the job or an environment file set it, or its older name (the second; older torch reads only that
+# one).
 FLIGHT_RECORDER = (
     ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
     ("TORCH_NCCL_DUMP_ON_TIMEOUT", "", "1"),
     ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "@JOB_DIR@/%s/rank_" % FLIGHT_RECORDER_DIR),
 )
-# A dump's name: the prefix's file part and the global rank (torch's loader reads the rank from the name's end).
-FLIGHT_RECORDER_DUMP = re.compile(r"^rank_\d+$")
 # torchrun's tag of each rank's lines in the node's log (torch.distributed.run reads it; ${rank} is the global rank).
 TORCHRUN_LINE_PREFIX = "[rank${rank}|${local_rank}]: "
 
@@ -273,17 +271,6 @@ def torch_prelude(launcher: str, job_dir: str) -> str:
         either = "${%s:-}${%s:-}" % (name, older) if older else "${%s:-}" % name
         lines.append('if [ -z "%s" ]; then export %s=%s; fi' % (either, name, shlex.quote(value)))
     return "\n".join(lines) + "\n"
-
-
-def flight_recorder_dumps(job_dir: str) -> list[str]:
-    """The names of the flight recorder's dumps this run's ranks on this node wrote (in FLIGHT_RECORDER_DIR), in
-    rank order; the job's own files there under other names are not the recorder's."""
-    try:
-        names = [name for name in os.listdir(os.path.join(job_dir, FLIGHT_RECORDER_DIR))
-                 if FLIGHT_RECORDER_DUMP.match(name)]
-    except OSError:
-        return []
-    return sorted(names, key=lambda name: int(name[len("rank_"):]))
 
 
 def iface_prelude(launcher: str) -> str:

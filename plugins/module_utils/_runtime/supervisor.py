@@ -39,6 +39,7 @@ import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import set_aside
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_ports_main
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
@@ -244,6 +245,9 @@ class Supervisor:
     def begin_attempt(self) -> None:
         self.telling, self.stacks_taken, self.stopping = None, False, False  # of the last attempt's end
         clear_notice(self.job_dir)
+        said = set_aside(self.job_dir, self.attempt, self.state)  # the last attempt's stacks and dumps (attempt_files.py)
+        if said:
+            self.log(said)
         self.attempt_started = self.silence.begin_attempt()
         self.ranks.begin(self.attempt_started)
 

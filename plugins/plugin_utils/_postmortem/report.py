@@ -177,6 +177,25 @@ def restarts_said(results: Sequence[Mapping[str, Any]]) -> str:
     return "; ".join("attempt %d after: %s" % (number, why) for number, why in enumerate(restarts, 2))
 
 
+def earlier_attempts_said(results: Sequence[Mapping[str, Any]], logs_dir: str) -> str:
+    """'<logs_dir>/attempt1/ (stacks of 2 nodes, 4 flight recorder dumps); ...': what the attempts before a restart
+    left on the nodes (job_status's earlier_attempts), fetched there with the logs (roles/job/tasks/collect.yml);
+    '' when none left anything."""
+    found: dict[int, list[int]] = {}
+    for result in results:
+        for kept in result.get("earlier_attempts") or []:
+            files = [str(name) for name in kept.get("files") or []]
+            counts = found.setdefault(int(kept["attempt"]), [0, 0])
+            counts[0] += int("stacks.txt" in files)
+            counts[1] += sum(1 for name in files if name != "stacks.txt")
+    said = []
+    for attempt, (stacks, dumps) in sorted(found.items()):
+        what = (["stacks of %d node%s" % (stacks, "" if stacks == 1 else "s")] if stacks else []) + (
+            ["%d flight recorder dump%s" % (dumps, "" if dumps == 1 else "s")] if dumps else [])
+        said.append("%s/ (%s)" % (os.path.join(logs_dir, "attempt%d" % attempt), ", ".join(what)))
+    return "; ".join(said)
+
+
 def hung(results: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the job ended in a hang: every node that failed was found hung."""
     failed = [r for r in results if r.get("state") in FAILURE_STATES]

@@ -3,7 +3,9 @@
 Each rank keeps its step in CKPT_DIR/rank<RANK>.json. Between steps it looks for gpufleet's stop notice (the file
 GPUFLEET_STOP_FILE names) and takes SIGTERM as the same request (its handler notes whether the notice was there
 first); when either comes, it saves its step and ends. The rank of the node FAIL_NODE_RANK exits 3 at step FAIL_STEP
-of the first attempt, without saving. A launch runs RUN_STEPS steps past where it started, then ends well.
+of the first attempt, without saving, after writing a file where the launch points PyTorch's flight recorder dumps
+(TORCH_FR_DUMP_TEMP_FILE and its global rank), so that where a failed attempt's dumps are kept can be seen; its
+text is a placeholder, not a dump (torch writes a real one only when a NCCL collective times out). A launch runs RUN_STEPS steps past where it started, then ends well.
 """
 import json
 import os
@@ -33,6 +35,8 @@ while step < last:
     time.sleep(0.1)
     step += 1
     if failing and step == int(os.environ.get("FAIL_STEP", "10")):
+        with open(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + rank, "w") as handle:
+            handle.write("placeholder of attempt 1, not a dump\n")
         print("rank %s fails on purpose at step %d" % (rank, step), flush=True)
         sys.exit(3)
 print("rank %s done at step %d" % (rank, step), flush=True)

@@ -179,12 +179,30 @@ def test_check_mode_writes_nothing_and_shows_the_script(env):
     assert result["diff"]["before"] == "" and "--node-rank=0" in result["diff"]["after"]
 
 
-def test_relaunch_after_the_end_keeps_the_earlier_log(env):
-    path, spec, _launched = launch(env, "echo first run\n")
+def test_relaunch_after_the_end_keeps_the_earlier_run_s_log_stacks_dumps_and_attempts(env):
+    """The ranks write a flight recorder dump where the launch script points torch; the stacks and an earlier
+    attempt's files are put where a hang and a restart leave them (attempt_files.py; test_supervisor.py makes them
+    for real)."""
+    path, spec, _launched = launch(env, 'echo first run; echo dump > "${TORCH_FR_DUMP_TEMP_FILE}0"\n')
     wait_for(lambda: ended(path))
+    with open(os.path.join(path, "flight_recorder", "rank_0"), "w") as handle:
+        handle.write("run 1's dump")
+    with open(os.path.join(path, "stacks.txt"), "w") as handle:
+        handle.write("run 1's stacks")
+    os.makedirs(os.path.join(path, "attempts", "1"))
+    with open(os.path.join(path, "attempts", "1", "stacks.txt"), "w") as handle:
+        handle.write("run 1's first attempt's stacks")
+    first = jobs.status(path)
+    assert first["flight_recorder"]["dumps"] == ["rank_0"] and [a["attempt"] for a in first["earlier_attempts"]] == [1]
     jobs.start(path, spec, R2, SOURCE, check_mode=False)
     wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == R2)
     assert "first run" in open(os.path.join(path, "job.%s.log" % R1)).read()
+    assert open(os.path.join(path, "flight_recorder.%s" % R1, "rank_0")).read() == "run 1's dump"
+    assert open(os.path.join(path, "stacks.%s.txt" % R1)).read() == "run 1's stacks"
+    assert open(os.path.join(path, "attempts.%s" % R1, "1", "stacks.txt")).read() == "run 1's first attempt's stacks"
+    second = jobs.status(path)
+    assert "earlier_attempts" not in second and not os.path.exists(os.path.join(path, "stacks.txt")), second
+    assert open(os.path.join(path, "flight_recorder", "rank_0")).read() == "dump\n"  # the new run's own
 
 
 def test_stop_of_an_absent_or_ended_job_changes_nothing(env):

@@ -333,6 +333,37 @@ def test_a_hang_restarts_the_gang_and_the_same_hang_again_at_once_stops_the_rest
     wait_for(lambda: not g.processes())
 
 
+def test_a_job_restarted_twice_after_hangs_keeps_three_sets_of_stacks_and_dumps(gang):
+    """Each attempt's rank writes a flight recorder dump where the launch script points torch (as torch does when a
+    collective times out), then hangs; the real py-spy takes the stacks each time. min_progress_s=0: the same hang
+    again is restarted. Attempts 1 and 2 are kept in attempts/<N>/, attempt 3's in place (attempt_files.py)."""
+    program = ("import os, time\ndef %s():\n    time.sleep(1000)\nopen(os.environ['TORCH_FR_DUMP_TEMP_FILE'] + "
+               "os.environ['NODE_RANK'], 'w').write('attempt ' + os.environ['GPUFLEET_ATTEMPT'])\n"
+               "print('started', flush=True)\n%s()\n")
+    bodies = ['RANK=$NODE_RANK LOCAL_RANK=0 exec %s -c "%s"\n' % (sys.executable, program % (name, name))
+              for name in ("waiting_in_collective", "loading_data")]
+    g = gang(bodies, max_restarts=2, min_progress_s=0, restart_ports=(free_udp_port(), free_udp_port()),
+             hang_timeout_s=2)
+    ended = wait_for(g.ended, timeout=90)
+    for rank, function in enumerate(("waiting_in_collective", "loading_data")):
+        state, path = ended[rank], g.paths[rank]
+        assert state["state"] == "hung" and [a["attempt"] for a in state["attempts"]] == [1, 2, 3], state
+        dump = os.path.join("flight_recorder", "rank_%d" % rank)
+        for attempt, folder in ((1, os.path.join(path, "attempts", "1")), (2, os.path.join(path, "attempts", "2")),
+                                (3, path)):
+            assert "    %s (<string>:3)" % function in open(os.path.join(folder, "stacks.txt")).read(), attempt
+            assert open(os.path.join(folder, dump)).read() == "attempt %d" % attempt
+        assert state["earlier_attempts"] == [{"attempt": attempt, "dir": os.path.join(path, "attempts", str(attempt)),
+                                              "files": ["stacks.txt", dump]} for attempt in (1, 2)], state
+        # state.json: each attempt's stacks with that attempt, the file named where it is kept.
+        assert [a["stacks"]["file"] for a in state["attempts"][:2]] == ["attempts/1/stacks.txt", "attempts/2/stacks.txt"]
+        assert state["stacks"]["file"] == "stacks.txt" and "stacks" not in state["attempts"][2], state
+        log = open(state["log_path"]).read()
+        for attempt in (1, 2):
+            assert "attempt %d's stacks.txt and 1 flight recorder dump kept in attempts/%d/" % (attempt, attempt) in log
+    wait_for(lambda: not g.processes())
+
+
 def test_a_gpu_fault_fails_the_job_without_using_its_restarts(gang, gpus_on_path, tmp_path):
     """A hardware XID in node 1's kernel log ends the attempt on both nodes, and neither launches again although a
     restart remains: it would meet the same GPU (node 0's kernel log stays quiet)."""

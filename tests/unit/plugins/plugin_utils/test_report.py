@@ -208,3 +208,15 @@ def test_after_a_replacement_the_failure_of_the_last_attempt_is_the_one_named():
     assert message.startswith("job j failed on node2 (node_rank 1): the launcher exited with code 3"), message
     assert "node1" not in message.split(".")[0]
     assert report.replacements_said([{"host": "node0"}]) == ""
+
+
+def test_what_earlier_attempts_left_is_said_by_attempt_with_where_it_was_fetched():
+    kept = [{"attempt": 1, "dir": "/j/attempts/1", "files": ["stacks.txt", "flight_recorder/rank_0"]},
+            {"attempt": 2, "dir": "/j/attempts/2", "files": ["flight_recorder/rank_0"]}]
+    results = [dict(OK, host="node0", earlier_attempts=kept),
+               dict(OK, host="node1", earlier_attempts=[{"attempt": 1, "dir": "/j/attempts/1",
+                                                          "files": ["stacks.txt", "flight_recorder/rank_1"]}]),
+               dict(OK, host="node2")]
+    assert report.earlier_attempts_said(results, "logs/llama") == (
+        "logs/llama/attempt1/ (stacks of 2 nodes, 2 flight recorder dumps); logs/llama/attempt2/ (1 flight recorder dump)")
+    assert report.earlier_attempts_said([OK], "logs/llama") == ""
