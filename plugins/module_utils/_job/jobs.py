@@ -324,7 +324,8 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
          stopped_for: str | None = None, stacks: bool = False) -> dict:
     """Stop this job's run on this node: only processes that carry its run token are signalled. Under Slurm,
     the Slurm job is cancelled first (unless cancel_scheduler is false: a stop of one node's part because another
-    node failed, which ends the Slurm job by itself, recorded as failed). stopped_for names that other node: the
+    node failed, which ends the Slurm job by itself, recorded as failed), the ranks told first (stop_notice.py: the
+    scancel's SIGTERM reaches them before their supervisor could tell them). stopped_for names that other node: the
     supervisor then takes the stop as the gang's (job_states.stop_request). With stacks, the supervisor takes every
     rank's stack before it stops them (rank_stacks.py)."""
     current = status(path)
@@ -344,10 +345,13 @@ def stop(path: str, reason: str, check_mode: bool, timeout_s: float = 30.0, canc
         return result
     write_atomic(os.path.join(path, STOP_REQUEST_FILE), stop_request(reason, stopped_for, stacks), 0o600)
     wanted = cancel_scheduler or current["state"] == JobState.QUEUED
-    cancelled = scheduler_of(spec.get("scheduler")).cancel(spec, wanted)
+    grace = float(spec.get("grace_s", Defaults.GRACE_S))  # the job's own, as launched
+    scheduler = scheduler_of(spec.get("scheduler"))
+    if wanted and scheduler.cancel_signals_ranks and leftovers:  # Slurm's SIGTERM would come before the supervisor's
+        write_notice(path, reason, int(current.get("attempt") or 1), grace)
+    cancelled = scheduler.cancel(spec, wanted)
     if cancelled:
         result["scancel"] = cancelled
-    grace = float(spec.get("grace_s", Defaults.GRACE_S))  # the job's own, as launched
     if is_running(current) and supervisor_alive(current):
         os.kill(int(current["supervisor_pid"]), signal.SIGTERM)
         # With stacks, the supervisor first reads its ranks, then waits for the other nodes to have read theirs.

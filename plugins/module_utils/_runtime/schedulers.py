@@ -37,6 +37,8 @@ class SshScheduler:
     picks_ports_at_start = False
     # Whether the scheduler gives the job its nodes, so that the plan first checks them against its node table.
     allocates_nodes = False
+    # Whether cancel() has the scheduler signal the ranks itself (jobs.stop then writes the stop notice before it).
+    cancel_signals_ranks = False
 
     def options_problem(self, values: dict) -> str:
         """What is wrong with a launch's (flattened) options for this scheduler, or ''."""
@@ -87,6 +89,7 @@ class SlurmScheduler(SshScheduler):
     name = "slurm"
     picks_ports_at_start = True
     allocates_nodes = True
+    cancel_signals_ranks = True  # scancel: SIGTERM to every process of the job's steps, SIGKILL after KillWait
 
     def options_problem(self, values: dict) -> str:
         # 0: node 0 picks the master port when Slurm starts the job; the relaunch ports are picked with it.

@@ -84,7 +84,9 @@ def slurm_client(tmp_path, monkeypatch):
     for name in ("scontrol", "scancel"):
         tool = bin_dir / name
         tool.write_text('#!/bin/sh\necho "%s $*" >> "%s/calls"\n%s' % (
-            name, tmp_path, 'cat "%s/answer"\n' % tmp_path if name == "scontrol" else ""))
+            name, tmp_path, 'cat "%s/answer"\n' % tmp_path if name == "scontrol" else
+            # What the ranks would find when Slurm's SIGTERM reaches them: whether the stop notice is there.
+            'if [ -e "${NOTICE_PROBE:-/nonexistent}" ]; then echo "notice there" >> "%s/calls"; fi\n' % tmp_path))
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
 
@@ -180,6 +182,28 @@ def test_stopping_a_queued_part_cancels_the_slurm_job_and_records_the_stop(tmp_p
     assert result["state"] == JobState.STOPPED and result["scancel"] == "cancelled Slurm job 41"
     answer(PENDING.replace("PENDING", "CANCELLED"))
     assert jobs.status(path)["state"] == JobState.STOPPED
+
+
+def test_a_user_s_stop_of_a_running_part_tells_the_ranks_before_scancel_signals_them(tmp_path, slurm_client,
+                                                                                    monkeypatch):
+    """scancel has Slurm SIGTERM the step's processes at once: the stop notice (stop_notice.py) must be there
+    before it, not only when the supervisor gets its own SIGTERM after."""
+    answer, calls = slurm_client
+    path, _ = prepare(tmp_path, "echo started\nexec sleep 300\n")
+    monkeypatch.setenv("NOTICE_PROBE", os.path.join(path, "stop_notice.json"))
+    answer(PENDING.replace("PENDING", "RUNNING"))
+    task = subprocess.Popen(["/bin/sh", os.path.join(path, slurm_jobs.TASK_FILE)],  # pylint: disable=consider-using-with
+                            env=dict(os.environ, SLURMD_NODENAME="node9", SLURM_JOB_ID="41", GPUFLEET_PORTS="29613"))
+    try:
+        wait_for(lambda: jobs.status(path)["state"] == "running")
+        result = jobs.stop(path, "stopped with playbooks/stop.yml", check_mode=False)
+        assert result["state"] == JobState.STOPPED and result["scancel"] == "cancelled Slurm job 41", result
+        made = calls()
+        assert made[made.index("scancel 41") + 1] == "notice there", made
+        task.wait(timeout=30)
+    finally:
+        if task.poll() is None:
+            task.kill()
 
 
 def test_a_gang_stop_of_a_running_part_leaves_the_slurm_job_to_end_by_itself(tmp_path, slurm_client):
