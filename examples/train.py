@@ -17,8 +17,10 @@ holds, at the step it was saved.
 
 When gpufleet stops the job (stop.yml, Ctrl-C, another node's failure before a restart, a hang, a maintenance), each
 rank first finds the file ``GPUFLEET_STOP_FILE`` names (why, and the seconds it has before SIGKILL), then gets
-SIGTERM. This script takes either as "save now": at the end of the step it is in, each node's local rank 0 saves a
-checkpoint, and the ranks end. A rank stuck in a collective cannot reach the end of its step; SIGKILL ends it after
+SIGTERM. This script takes either as "save now": at the end of each step the ranks agree whether any of them has
+heard it (one number, all-reduced: the nodes are told a moment apart, and a rank that left on its own would leave
+the others in that step's collective), and when one has, each node's local rank 0 saves a checkpoint of that step,
+and the ranks end. A rank stuck in a collective cannot reach the end of its step; SIGKILL ends it after
 the grace period (``-e stop_grace_s=``), and the newest checkpoint of any node is used. Launch again with
 ``--resume`` after a stop (a restart resumes by itself).
 """
@@ -157,6 +159,21 @@ class StopNotice:
                 return "stop notice"
         return "SIGTERM" if self.signalled else None
 
+    def agreed(self, device: torch.device) -> str | None:
+        """Why the run stops, once any rank has heard it: every rank stops at the same step. A rank whose own node's
+        notice has not come yet waits a moment for it, for the reason (the nodes' supervisors write theirs a moment
+        apart)."""
+        why = self.heard()
+        flag = torch.tensor([0.0 if why is None else 1.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() == 0.0:
+            return None
+        deadline = time.monotonic() + 2.0
+        while why is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            why = self.heard()
+        return why or "another rank heard the stop"
+
 
 def main() -> None:
     args = parse_args()
@@ -219,7 +236,7 @@ def main() -> None:
             time.sleep(args.step_s)
             if saves and args.checkpoint_every and step % args.checkpoint_every == 0:
                 save_checkpoint(checkpoint, step, epoch, net, optimizer)
-            why = stop.heard()
+            why = stop.agreed(device)
             if why is not None:
                 if saves:
                     save_checkpoint(checkpoint, step, epoch, net, optimizer)
