@@ -103,9 +103,12 @@ class ActionModule(ActionBase):
         stacks = report.where_ranks_were(results)
         if stacks and stacks not in (message or ""):  # taken before a stop that asked for them, not on a hang
             display.display("Where each rank was when the job was stopped: %s" % stacks)
+        last_from, last = rank_lines.last_words(rank_logs, str(results[0].get("log") or "") if results else None)
+        if last:  # the script's own last word (its result, or where it stopped) ends the summary
+            display.display("The master rank's last lines (%s):\n%s" % (last_from, "\n".join("  " + line for line in last)))
         result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
                       stacks=stacks, flight_recorder=recorder, replaced=replaced,
-                      earlier_attempts=earlier)
+                      earlier_attempts=earlier, last_lines=last)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:

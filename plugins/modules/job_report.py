@@ -113,6 +113,14 @@ replaced:
   returned: always
   type: str
   sample: "node3 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node3 takes node_rank 1"
+last_lines:
+  description:
+    - With O(logs_dir), the master rank's last lines (global rank 0's, from C(<logs_dir>/ranks/rank0.log); for a
+      launcher that tags no line with its rank, the master node's log without gpufleet's own lines), printed last.
+  returned: always
+  type: list
+  elements: str
+  sample: ["final test_accuracy 0.9972 world_size 2"]
 earlier_attempts:
   description:
     - With O(logs_dir), what the attempts before a restart left (each node's stacks, the flight recorder's dumps),

@@ -274,6 +274,11 @@ def test_make_demo_in_a_fresh_copy_of_the_checkout(tmp_path):
     node1 = (copy / "logs" / "train" / "node1.log").read_text()
     assert "world size 2" in node0 and "world size 2" in node1
     assert float(re.search(r"final test_accuracy ([0-9.]+)", node0).group(1)) > 0.9
+    # The summary ends with the script's own last word (rank 0's last lines), not only gpufleet's.
+    summary = done.stdout[done.stdout.rindex("job train\n"):done.stdout.rindex("PLAY RECAP")]
+    said = summary[summary.index("The master rank's last lines (%s):" % (copy / "logs" / "train" / "ranks" / "rank0.log")):]
+    said = said.split("\nTASK [")[0]  # the callback prints the report task's own header after what it displayed
+    assert re.search(r"\n  final test_accuracy [0-9.]+ world_size 2\n\s*$", said), summary
 
 
 def test_train_from_the_built_and_installed_collection(tmp_path):

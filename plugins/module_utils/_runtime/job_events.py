@@ -17,6 +17,8 @@ import time
 
 # A job that restarts many times keeps its latest events.
 EVENTS_KEPT = 400
+# What begins each line the supervisor writes into the node's log (job.log), beside the ranks' own.
+LOG_PREFIX = "[gpufleet] "
 
 
 class Events:

@@ -45,7 +45,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang imp
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import KMSG
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import LOG_PREFIX, Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_silence import LogSilence
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
@@ -129,7 +129,7 @@ class Supervisor:
     def log(self, line: str) -> None:
         self.events.add(line)
         with open(os.path.join(self.job_dir, LOG_FILE), "ab") as log:
-            log.write(("[gpufleet] %s\n" % line).encode())
+            log.write(("%s%s\n" % (LOG_PREFIX, line)).encode())
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop_reason is None:

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from typing import Sequence, TextIO
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import LOG_PREFIX
 
 TAG = re.compile(r"^(?:\[rank(\d+)\|\d+\]: ?|\[\d+,(\d+)\]<std(?:out|err)>: ?)")
 RANKS_DIR = "ranks"
+# How many of the master rank's last lines end the report (last_words).
+LAST_WORDS = 5
 
 
 def rank_of(line: str) -> int | None:
@@ -60,3 +65,23 @@ def failing_rank_first(lines: Sequence[str], rank: int | None) -> list[str]:
     if not own:
         return list(lines)
     return own + ["(the other lines of the tail:)"] + [line for line in lines if rank_of(line) != rank]
+
+
+def last_words(rank_logs: Sequence[str], master_log: str | None, count: int = LAST_WORDS) -> tuple[str, list[str]]:
+    """The master rank's last lines, and the file they are from: global rank 0's (``ranks/rank0.log``, written by
+    split_by_rank), else, where the launcher tags no line with its rank (launcher none), the master node's log
+    without the supervisor's own lines; ('', []) when there is neither."""
+    zero = [path for path in rank_logs if os.path.basename(path) == "rank0.log"]
+    if zero:
+        return zero[0], _last(zero[0], count, "")
+    if rank_logs or not master_log or not os.path.isfile(master_log):
+        return "", []
+    return master_log, _last(master_log, count, LOG_PREFIX)
+
+
+def _last(path: str, count: int, leave_out: str) -> list[str]:
+    """A fetched log's last count lines, without those that begin with leave_out (when it is not ''); read whole,
+    as split_by_rank reads the logs."""
+    with open(path, encoding="utf-8", errors="replace") as log:
+        return [line.rstrip("\n") for line in deque(
+            (line for line in log if not (leave_out and line.startswith(leave_out))), maxlen=count)]

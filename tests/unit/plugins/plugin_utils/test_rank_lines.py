@@ -36,3 +36,22 @@ def test_the_failing_rank_s_lines_come_first_in_the_report():
     message = failure_message("j", [failed])
     assert message.endswith("\n".join([tail[1], "(the other lines of the tail:)", tail[0], tail[2], tail[3]])), message
     assert rank_lines.failing_rank_first(tail, 5) == tail and rank_lines.failing_rank_first(tail, None) == tail
+
+
+def test_the_master_rank_s_last_lines_come_from_rank_0_s_file_or_the_master_node_s_own_lines(tmp_path):
+    """Rank 0's last lines (examples/train.py's last word is rank 0's); a launcher that tags nothing (launcher none):
+    the master node's log without the supervisor's lines."""
+    (tmp_path / "node0.log").write_text("".join(
+        ["[gpufleet] attempt 1 of 1, master port 29500\n"] + ["%sepoch %d\n" % (torchrun_tag(r, r), e)
+                                                             for e in range(1, 8) for r in (0, 1)]
+        + [torchrun_tag(0, 0) + "final test_accuracy 0.9972 world_size 2\n", "[gpufleet] attempt 1 ended\n"]))
+    written = rank_lines.split_by_rank([str(tmp_path / "node0.log")], str(tmp_path))
+    found_in, lines = rank_lines.last_words(written, str(tmp_path / "node0.log"))
+    assert found_in == str(tmp_path / "ranks" / "rank0.log")
+    assert lines == ["epoch 4", "epoch 5", "epoch 6", "epoch 7", "final test_accuracy 0.9972 world_size 2"]
+    (tmp_path / "plain.log").write_text("loading\ndone: loss 0.12\n[gpufleet] the job succeeded\n")
+    assert rank_lines.last_words([], str(tmp_path / "plain.log"), count=1) == (str(tmp_path / "plain.log"),
+                                                                                ["done: loss 0.12"])
+    # Tagged lines but none of rank 0's: nothing said rather than another rank's or the launcher's lines.
+    assert rank_lines.last_words(written[1:], str(tmp_path / "node0.log")) == ("", [])
+    assert rank_lines.last_words([], None) == ("", []) and rank_lines.last_words([], str(tmp_path / "gone")) == ("", [])
