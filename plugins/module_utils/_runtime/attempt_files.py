@@ -42,21 +42,26 @@ def flight_recorder_dumps(job_dir: str) -> list[str]:
     return sorted(names, key=lambda name: int(name[len("rank_"):]))
 
 
+def attempt_files_in(folder: str) -> list[str]:
+    """An attempt's own files in folder (the job folder, or one of attempts/<N>), relative to it: stacks.txt first,
+    then the flight recorder's dumps in rank order."""
+    files = [STACKS_FILE] if os.path.isfile(os.path.join(folder, STACKS_FILE)) else []
+    return files + [os.path.join(FLIGHT_RECORDER_DIR, name) for name in flight_recorder_dumps(folder)]
+
+
 def keep_attempt(job_dir: str, attempt: int) -> list[str]:
     """Move what attempt `attempt` left (its stacks, its flight recorder dumps) into attempts/<attempt>/; return the
     moved files' paths relative to that folder (none: nothing moved). A name already there is not written over (the
     attempt's files were kept before): the file stays where it is."""
     kept_dir = os.path.join(job_dir, ATTEMPTS_DIR, str(attempt))
-    moves = [(STACKS_FILE, STACKS_FILE)] if os.path.isfile(os.path.join(job_dir, STACKS_FILE)) else []
-    moves += [(os.path.join(FLIGHT_RECORDER_DIR, name),) * 2 for name in flight_recorder_dumps(job_dir)]
     kept = []
-    for source, target in moves:
-        destination = os.path.join(kept_dir, target)
+    for name in attempt_files_in(job_dir):
+        destination = os.path.join(kept_dir, name)
         if os.path.exists(destination):
             continue
         os.makedirs(os.path.dirname(destination), mode=0o700, exist_ok=True)
-        os.replace(os.path.join(job_dir, source), destination)
-        kept.append(target)
+        os.replace(os.path.join(job_dir, name), destination)
+        kept.append(name)
     return kept
 
 
@@ -87,8 +92,8 @@ def set_aside(job_dir: str, attempt: int, state: dict) -> str | None:
 
 
 def kept_attempts(job_dir: str) -> list[dict]:
-    """What earlier attempts of this run left, oldest first: each {attempt, dir (absolute), files (relative to dir,
-    sorted)}; job_status returns it and the role fetches it (roles/job/tasks/collect.yml)."""
+    """What earlier attempts of this run left, oldest first: each {attempt, dir (absolute), files (attempt_files_in
+    dir)}; job_status returns it and the role fetches it (roles/job/tasks/collect.yml)."""
     root = os.path.join(job_dir, ATTEMPTS_DIR)
     try:
         numbers = sorted(int(name) for name in os.listdir(root) if name.isdigit() and name.isascii())
@@ -97,8 +102,7 @@ def kept_attempts(job_dir: str) -> list[dict]:
     found = []
     for number in numbers:
         folder = os.path.join(root, str(number))
-        files = [STACKS_FILE] if os.path.isfile(os.path.join(folder, STACKS_FILE)) else []
-        files += [os.path.join(FLIGHT_RECORDER_DIR, name) for name in flight_recorder_dumps(folder)]
+        files = attempt_files_in(folder)
         if files:
             found.append({"attempt": number, "dir": folder, "files": files})
     return found

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import FAILURE_STATES, JobState, STOPPED_FOR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import STACKS_FILE
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import rank_lines, stack_groups
 
 COLUMNS = (("node", "host"), ("rank", "node_rank"), ("state", "state"), ("exit", "exit"), ("attempts", "attempts"),
@@ -186,8 +187,8 @@ def earlier_attempts_said(results: Sequence[Mapping[str, Any]], logs_dir: str) -
         for kept in result.get("earlier_attempts") or []:
             files = [str(name) for name in kept.get("files") or []]
             counts = found.setdefault(int(kept["attempt"]), [0, 0])
-            counts[0] += int("stacks.txt" in files)
-            counts[1] += sum(1 for name in files if name != "stacks.txt")
+            counts[0] += int(STACKS_FILE in files)
+            counts[1] += sum(1 for name in files if name != STACKS_FILE)
     said = []
     for attempt, (stacks, dumps) in sorted(found.items()):
         what = (["stacks of %d node%s" % (stacks, "" if stacks == 1 else "s")] if stacks else []) + (
