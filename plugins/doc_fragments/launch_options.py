@@ -173,6 +173,8 @@ options:
         description:
           - Allowance for an attempt's silent start (imports, data loading, rendezvous). Before a node's first output
             of an attempt, its silence counts towards O(supervision.hang_timeout_s) only past this many seconds.
+          - Under torchrun, DeepSpeed and mpirun, the first output is a rank's first line; the launcher's own lines
+            before it (torchrun's OMP_NUM_THREADS banner) do not end the allowance.
         type: float
         default: 120
       max_restarts:

@@ -97,7 +97,8 @@ class Supervisor:
         # How this node's part of the latest attempt ended (None before the first has).
         self.ended: PartOutcome | None = None
         # For the hang watchdog; an attempt's start counts only past hang_startup_s.
-        self.silence = LogSilence(os.path.join(job_dir, LOG_FILE), float(spec.get("hang_startup_s") or 0))
+        self.silence = LogSilence(os.path.join(job_dir, LOG_FILE), float(spec.get("hang_startup_s") or 0),
+                                  str(spec.get("launcher") or "torchrun"))
         self.next_beat = 0.0
         self.attempt_started = time.monotonic()
         self.state: dict = {

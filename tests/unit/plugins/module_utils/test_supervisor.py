@@ -56,7 +56,11 @@ class Gang2:
     def __init__(self, tmp_path, bodies, rank_args=({}, {}), **spec_args):
         self.tmp = tmp_path
         fake = tmp_path / "fake-python"
-        fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
+        # Like torchrun with --tee=3 (launchers.torchrun_options), each line of the rank's reaches the log tagged
+        # (log_silence.py counts a tagged line as the attempt's first output): the rank is still this process, and
+        # the tagger, like torchrun's tee from the ranks' files, outlives a stop's SIGTERM to read their last lines.
+        fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\n'
+                        'exec > >(trap "" TERM; exec sed -u "s/^/[rank${NODE_RANK}|0]: /") 2>&1\nexec bash "$@"\n')
         fake.chmod(0o755)
         port = free_udp_port()
         self.paths = []
