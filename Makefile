@@ -39,8 +39,9 @@ test:
 test-cluster: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python tests/cluster/testbed.py prepare --wait-background
 	rm -rf $(KEPT_CLUSTER)
-	@# --durations: the slowest tests and fixtures, so that the stage's time (it is most of make test's) can be read.
-	PATH=$(CURDIR)/$(BIN):$$PATH GPUFLEET_TESTBED_KEEP=$(KEPT_CLUSTER) $(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) tests/cluster \
+	@# Two streams side by side: the session cluster's modules and those with nodes of their own (the script says
+	@# which); --durations in each: the slowest tests and fixtures, so that the stage's time can be read.
+	PATH=$(CURDIR)/$(BIN):$$PATH PYTHON=$(BIN)/python scripts/cluster-streams.sh $(KEPT_CLUSTER) $(PYTEST_ARGS) \
 	  || { $(BIN)/python tests/cluster/testbed.py down --state $(KEPT_CLUSTER); exit 1; }
 
 test-molecule: venv system-packages

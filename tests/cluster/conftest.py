@@ -92,10 +92,17 @@ def _settle(cluster, when: str, wait_s: float = 0) -> None:
 # `make test` keeps the provisioned cluster for molecule's verifiers (the molecule stage), so provisioning runs
 # once: it names the folder of the cluster's state here, and takes the cluster down itself afterwards.
 KEEP_VAR = "GPUFLEET_TESTBED_KEEP"
+NO_SESSION_CLUSTER_VAR = "GPUFLEET_TESTBED_NO_SESSION_CLUSTER"
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
+    if os.environ.get(NO_SESSION_CLUSTER_VAR):
+        # scripts/cluster-streams.sh's own-nodes stream runs beside the stream that owns the session cluster:
+        # starting it here would remove that stream's nodes under its tests.
+        pytest.fail("this run may not start the session cluster (%s is set): move the test to a module of the "
+                    "session cluster's stream, or out of OWN_NODES_MODULES in scripts/cluster-streams.sh"
+                    % NO_SESSION_CLUSTER_VAR)
     kept = os.environ.get(KEEP_VAR)
     state = os.path.abspath(kept) if kept else str(tmp_path_factory.mktemp("cluster"))
     try:

@@ -221,8 +221,13 @@ def ensure_train_image_archive() -> str:
 
 
 def ensure_network() -> None:
-    if podman("network", "exists", NETWORK, check=False).returncode != 0:
-        podman("network", "create", "--subnet", SUBNET, NETWORK)
+    """The project's network, made when missing; the cluster stage's two streams (scripts/cluster-streams.sh) may
+    both find it missing at once, and the one that creates it second finds it made."""
+    if podman("network", "exists", NETWORK, check=False).returncode == 0:
+        return
+    created = podman("network", "create", "--subnet", SUBNET, NETWORK, check=False)
+    if created.returncode != 0 and podman("network", "exists", NETWORK, check=False).returncode != 0:
+        raise RuntimeError("podman network create %s failed: %s" % (NETWORK, created.stderr.decode(errors="replace")))
 
 
 def controller_key(state: str) -> str:
