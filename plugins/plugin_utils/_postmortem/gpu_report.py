@@ -122,37 +122,63 @@ def stragglers(nodes: Sequence[NodeGpus]) -> list[str]:
     return named
 
 
-def picture(path: str, samples: Mapping[str, list[dict[str, Any]]], faults: Mapping[str, tuple[str, float]]) -> str:
-    """utilisation and memory over time, one line per node (the mean of its GPUs), each node's XID marked."""
+# A node's line carries a marker at each sample when it has this many or fewer: a job of a few seconds has one or two
+# samples per node, which a line alone does not draw; a long job's thousands would hide the line under markers.
+MARKED_SAMPLES = 60
+# The time axis's unit by the job's span: seconds, then minutes past 2 minutes, hours past 2 hours.
+TIME_UNITS = ((7200.0, 3600.0, "hours"), (120.0, 60.0, "minutes"), (0.0, 1.0, "seconds"))
+
+
+def _time_unit(span_s: float) -> tuple[float, str]:
+    return next((size, name) for past, size, name in TIME_UNITS if span_s > past or past == 0.0)
+
+
+def draw(samples: Mapping[str, list[dict[str, Any]]], faults: Mapping[str, tuple[str, float]]) -> Any:
+    """The picture as a matplotlib figure (picture() saves it): utilisation and memory over time, one line per node
+    (the mean of its GPUs), each node's XID marked."""
     import matplotlib  # pylint: disable=import-outside-toplevel
 
     matplotlib.use("Agg")
     from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
 
     start = min(float(rows[0]["time"]) for rows in samples.values())
+    span = max(float(row["time"]) for rows in samples.values() for row in rows) - start
+    unit, unit_name = _time_unit(span)
     figure, (util_axes, memory_axes) = pyplot.subplots(2, 1, sharex=True, figsize=PICTURE_SIZE)
     for host, rows in samples.items():
         moments = _by_time(rows)
-        times = [at - start for at, _group in moments]
+        times = [(at - start) / unit for at, _group in moments]
         util = [statistics.mean([_float(row.get("utilization")) or 0.0 for row in group]) for _at, group in moments]
         memory = [sum(_float(row.get("memory_used")) or 0.0 for row in group) / 1024 for _at, group in moments]
-        line = util_axes.plot(times, util, label=host)[0]
-        memory_axes.plot(times, memory, label=host, color=line.get_color())
+        marker = "o" if len(moments) <= MARKED_SAMPLES else None
+        line = util_axes.plot(times, util, label=host, marker=marker, markersize=4)[0]
+        memory_axes.plot(times, memory, label=host, color=line.get_color(), marker=marker, markersize=4)
         if host in faults:
             reason, at = faults[host]
             for axes in (util_axes, memory_axes):
-                axes.axvline(at - start, color=line.get_color(), linestyle="--")
-            util_axes.annotate(reason.split(": ", 1)[-1], (at - start, 100), fontsize=8, color=line.get_color(),
-                               va="top")
+                axes.axvline((at - start) / unit, color=line.get_color(), linestyle="--")
+            util_axes.annotate(reason.split(": ", 1)[-1], ((at - start) / unit, 100), fontsize=8,
+                               color=line.get_color(), va="top")
+    if span < 1.0:  # one moment: a second either side, not a range of a thousandth
+        util_axes.set_xlim(-1.0, 1.0)
     util_axes.set_ylabel("GPU utilisation (%, mean)")
     util_axes.set_ylim(0, 105)
     memory_axes.set_ylabel("GPU memory used (GiB, all GPUs)")
-    memory_axes.set_xlabel("seconds since the first sample")
+    memory_axes.set_ylim(bottom=0)
+    memory_axes.set_xlabel("%s since the first sample" % unit_name)
     for axes in (util_axes, memory_axes):
         axes.grid(True, alpha=0.3)
     util_axes.legend(loc="lower right", fontsize=8)
     util_axes.set_title("GPUs over the job, one line per node (dashed: a hardware XID)")
     figure.tight_layout()
+    return figure
+
+
+def picture(path: str, samples: Mapping[str, list[dict[str, Any]]], faults: Mapping[str, tuple[str, float]]) -> str:
+    """draw()'s figure, saved as a PNG at path."""
+    figure = draw(samples, faults)
+    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+
     figure.savefig(path, dpi=PICTURE_DPI)
     pyplot.close(figure)
     return path

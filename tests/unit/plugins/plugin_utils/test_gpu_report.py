@@ -59,3 +59,49 @@ def test_no_samples_no_lines_and_no_picture(tmp_path):
     assert gpu_report.job_gpus(str(tmp_path), [{"host": "node0"}]) == {"lines": [], "stragglers": [], "picture": "",
                                                                         "nodes": []}
     assert not (tmp_path / "gpus.png").exists()
+
+
+def node_pixels(figure, color):
+    """How many pixels of the node's colour each axes of the drawn figure has, outside its legend."""
+    import numpy  # pylint: disable=import-outside-toplevel
+
+    figure.canvas.draw()
+    image = numpy.asarray(figure.canvas.buffer_rgba())[:, :, :3].astype(int)
+    height = image.shape[0]
+    close = (abs(image - numpy.array(color)).sum(axis=2) < 60)
+    counts = []
+    for axes in figure.axes:
+        inside = numpy.zeros_like(close)
+        box = axes.get_window_extent()
+        inside[int(height - box.y1):int(height - box.y0), int(box.x0):int(box.x1)] = True
+        if axes.get_legend() is not None:
+            legend = axes.get_legend().get_window_extent()
+            rows = slice(int(height - legend.y1) - 1, int(height - legend.y0) + 1)
+            inside[rows, int(legend.x0) - 1:int(legend.x1) + 1] = False
+        counts.append(int((close & inside).sum()))
+    return counts
+
+
+FIRST_COLOUR = (0x1F, 0x77, 0xB4)  # matplotlib's first line colour (C0), node0's
+
+
+def test_a_job_of_a_few_seconds_draws_its_single_samples(tmp_path, monkeypatch):
+    """One sample per node (a 7-second job's): a line through one point draws nothing, so each sample is marked."""
+    write(tmp_path, "node0", [(80, 30000, 1980, 0)])
+    write(tmp_path, "node1", [(60, 20000, 1980, 0)], start=1764064801.0)
+    samples = gpu_report.read_samples(str(tmp_path), ["node0", "node1"])
+    figure = gpu_report.draw(samples, {})
+    assert all(count > 10 for count in node_pixels(figure, FIRST_COLOUR)), node_pixels(figure, FIRST_COLOUR)
+    assert figure.axes[1].get_xlabel() == "seconds since the first sample"
+    monkeypatch.setattr(gpu_report, "MARKED_SAMPLES", 0)  # the same without markers: nothing of node0 is drawn
+    assert node_pixels(gpu_report.draw(samples, {}), FIRST_COLOUR) == [0, 0]
+    found = gpu_report.job_gpus(str(tmp_path), [{"host": "node0"}, {"host": "node1"}])
+    assert png_size(found["picture"]) == (1000, 600)
+
+
+def test_a_week_long_job_is_drawn_in_hours_without_markers(tmp_path):
+    write(tmp_path, "node0", [(90, 30000, 1980, 0)] * 200, period=3024.0)  # 200 samples over a week
+    figure = gpu_report.draw(gpu_report.read_samples(str(tmp_path), ["node0"]), {})
+    assert figure.axes[1].get_xlabel() == "hours since the first sample"
+    assert figure.axes[0].lines[0].get_marker() in ("None", None, "")
+    assert max(figure.axes[0].lines[0].get_xdata()) == 199 * 3024.0 / 3600
