@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.gpufleet-installed
 PYTEST_ARGS ?=
 
-# Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md).
-SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables
+# Debian packages the container cluster of the multi-node tests needs (see shared/TESTBED.md), and the browser the
+# integration tests open a job's report.html in (tests/integration/browser.py).
+SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables chromium
 
 .PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
 	bench-gang-stop bench-launcher-exit bench-spare bench-scale bench-provision collection clean docs

@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem impor
     gpu_report,
     rank_lines,
     report,
+    report_page,
     timeline,
 )
 
@@ -50,6 +51,36 @@ def _record_faults(logs_root: str, job: str, results: list[dict]) -> None:
         display.display("Recorded in the fleet's history (%s): %s" % (path, history.said(faults)))
 
 
+def _results(args: dict, logs_dir: str) -> list[dict]:
+    """Each node's result with its host and node rank (from hosts, in rank order) and its fetched log's path."""
+    hosts = list(args.get("hosts") or [])
+    results = []
+    for index, found in enumerate(args.get("results") or []):
+        entry = dict(found or {})
+        if index < len(hosts):
+            entry.setdefault("host", hosts[index])
+            entry.setdefault("node_rank", index)
+        if logs_dir:
+            entry["log"] = os.path.join(logs_dir, "%s.log" % entry.get("host"))
+        results.append(entry)
+    return results
+
+
+SPARES = "Spares"
+EARLIER = "Kept from the attempts before a restart"
+
+
+def _sections(results: list[dict], logs_dir: str) -> dict[str, str]:
+    """The restarts, the spares and what earlier attempts left, each said in the terminal and kept for the page."""
+    sections = {"Restarts": report.restarts_said(results),
+                EARLIER: report.earlier_attempts_said(results, logs_dir) if logs_dir else "",  # stacks and dumps
+                SPARES: report.replacements_said(results)}
+    for title, text in sections.items():
+        if text:
+            display.display("%s: %s" % (title, text))
+    return sections
+
+
 class ActionModule(ActionBase):
     """Runs once, on the controller, after every node's result is known."""
 
@@ -59,16 +90,8 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
         args = action_args.validated(self, documentation.DOCUMENTATION)
-        hosts = list(args.get("hosts") or [])
-        results = []
-        for index, found in enumerate(args.get("results") or []):
-            entry = dict(found or {})
-            if index < len(hosts):
-                entry.setdefault("host", hosts[index])
-                entry.setdefault("node_rank", index)
-            if args.get("logs_dir"):
-                entry["log"] = os.path.join(str(args["logs_dir"]), "%s.log" % entry.get("host"))
-            results.append(entry)
+        logs_dir = str(args["logs_dir"]) if args.get("logs_dir") else ""
+        results = _results(args, logs_dir)
         job = str(args["job"])
         table = report.format_table(results, show_job=args["show_job"])
         display.display("%s\n%s" % (args.get("title") or "job %s" % job, table))
@@ -77,38 +100,40 @@ class ActionModule(ActionBase):
         if gpus["lines"]:
             display.display("GPUs over the job (%s):\n%s" % (gpus["picture"], "\n".join(gpus["lines"])))
         rank_logs = rank_lines.split_by_rank([str(r["log"]) for r in results if r.get("log")],
-                                             str(args["logs_dir"])) if args.get("logs_dir") else []
+                                             logs_dir) if logs_dir else []
         if rank_logs:
             display.display("Each rank's lines, untagged: %s/rank<N>.log (%d ranks)" % (
                 os.path.dirname(rank_logs[0]), len(rank_logs)))
-        events_log = _write_timeline(str(args["logs_dir"]), results) if args.get("logs_dir") else ""
+        events_log = _write_timeline(logs_dir, results) if logs_dir else ""
         if events_log:
             display.display("Every node's events in time order: %s" % events_log)
-        restarts = report.restarts_said(results)
-        if restarts:
-            display.display("Restarts: %s" % restarts)
-        earlier = report.earlier_attempts_said(results, str(args["logs_dir"])) if args.get("logs_dir") else ""
-        if earlier:  # each attempt's own stacks and dumps, as the last attempt's are beside the logs
-            display.display("Kept from the attempts before a restart: %s" % earlier)
-        replaced = report.replacements_said(results)
-        if replaced:
-            display.display("Spares: %s" % replaced)
-        if args.get("logs_dir"):  # the nodes' faults, in the fleet's history (history.py: quarantine)
-            _record_faults(os.path.dirname(str(args["logs_dir"])), job, results)
+        sections = _sections(results, logs_dir)
+        if logs_dir:  # the nodes' faults, in the fleet's history (history.py: quarantine)
+            _record_faults(os.path.dirname(logs_dir), job, results)
         message = report.failure_message(job, results)
-        recorder = flight_recorder.summary(str(args["logs_dir"]), results) if args.get("logs_dir") else {"said": ""}
+        recorder = flight_recorder.summary(logs_dir, results) if logs_dir else {"said": ""}
         if recorder["said"]:
             display.display("PyTorch's flight recorder: %s" % recorder["said"])
+            if not message:  # else part of the message, as the page's failure shows it
+                sections["PyTorch's flight recorder"] = recorder["said"]
             message = message and "%s\nPyTorch's flight recorder: %s" % (message, recorder["said"])
         stacks = report.where_ranks_were(results)
         if stacks and stacks not in (message or ""):  # taken before a stop that asked for them, not on a hang
             display.display("Where each rank was when the job was stopped: %s" % stacks)
+            sections["Where each rank was when the job was stopped"] = stacks
         last_from, last = rank_lines.last_words(rank_logs, str(results[0].get("log") or "") if results else None)
+        page = ""
+        if samples_dir and os.path.isdir(str(samples_dir)):  # the same story as one page, beside the logs it links
+            page = report_page.write(report_page.Story(
+                job, results, str(samples_dir), message, args["show_job"], sections, gpus["lines"],
+                gpus.get("picture", ""), last_from, last, rank_logs, events_log))
+            display.display("The job's story as one page: %s" % page)
         if last:  # the script's own last word (its result, or where it stopped) ends the summary
-            display.display("The master rank's last lines (%s):\n%s" % (last_from, "\n".join("  " + line for line in last)))
+            display.display("The master rank's last lines (%s):\n%s"
+                            % (last_from, "\n".join("  " + line for line in last)))
         result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
-                      stacks=stacks, flight_recorder=recorder, replaced=replaced,
-                      earlier_attempts=earlier, last_lines=last)
+                      stacks=stacks, flight_recorder=recorder, replaced=sections.get(SPARES, ""),
+                      earlier_attempts=sections.get(EARLIER, ""), last_lines=last, page=page)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)
         elif message:

@@ -17,6 +17,8 @@ description:
   - When a node failed, fails with a message naming the host, its node_rank, the first failed worker's global and
     local rank and its exit code or signal, and the last 30 lines of that node's log. Nodes stopped because another
     failed are shown as C(stopped (gang)), never as the cause.
+  - With O(logs_dir) (or O(samples_dir)), writes the same story as one page beside the logs,
+    C(<logs_dir>/report.html) (returned as RV(page)), which opens from the file in a browser without a network.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
@@ -121,6 +123,14 @@ last_lines:
   type: list
   elements: str
   sample: ["final test_accuracy 0.9972 world_size 2"]
+page:
+  description:
+    - With O(logs_dir) (or O(samples_dir), for status.yml's one job), the job's story as one page,
+      C(<logs_dir>/report.html), self-contained (no script, nothing loaded from elsewhere, the GPUs' picture inline,
+      the logs linked beside it), its path printed; empty without either.
+  returned: always
+  type: str
+  sample: "logs/llama-ft/report.html"
 earlier_attempts:
   description:
     - With O(logs_dir), what the attempts before a restart left (each node's stacks, the flight recorder's dumps),

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+import browser
 from jobfaults import train
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "faulty_train.py")
@@ -102,6 +103,17 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
         records = [json.loads(line) for line in handle]
     assert [(r["node"], r["class"], r["fact"]) for r in records if r["job"] == job] == [
         ("node2", "hang", "the job hung; the stacks name rank 4 as the likely cause")], records
+    # The job's page in a real browser with the network cut: the hang and the rank it names on the first screen (the
+    # failure box's red border in the screenshot of its first 1280x800), each node's stacks linked beside it.
+    page = os.path.join(logs, "report.html")
+    assert "The job's story as one page: %s" % page in done.out
+    parsed = browser.dom(page)
+    assert "job hang-stacks: <span class=\"bad\">hung (the stacks name rank 4 on node2)</span>" in parsed
+    assert "rank 4 on node2 is the likely cause" in parsed
+    assert all('href="%s.stacks.txt"' % node in parsed for node in cluster.nodes) and "<script" not in parsed
+    shot, logged = browser.screenshot(page, "report-hung-job.png")
+    assert browser.has_colour(shot, (0xB4, 0x23, 0x18)), shot  # report_page.STYLE's failure red
+    assert "CONSOLE" not in logged and "Uncaught" not in logged, logged[-3000:]
 
 def test_a_node_without_py_spy_says_no_stacks_were_taken_there_and_the_rest_works(cluster):
     """With max_restarts=2 too: the hang restarts the gang once (resuming from step 5's checkpoint), rank 4 stalls

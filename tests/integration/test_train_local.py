@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import browser
 from conftest import REPO, SCRIPTS, proc_env_has
 
 pytestmark = pytest.mark.integration
@@ -63,6 +64,19 @@ def test_a_rank_exiting_3_fails_the_play_fast_and_leaves_nothing(local):
         assert "ready" in (local.logs / "fail_on_rank" / ("%s.log" % host)).read_text()
     state0 = json.loads((local.job_dir("node0", "fail_on_rank") / "state.json").read_text())
     assert state0["state"] == "stopped" and "node1 (node_rank 1) failed" in state0["stop_reason"]
+    # The job's page, opened in a real browser with the network cut: the failing node, rank and reason on the first
+    # screen (the failure box's red border is in the screenshot of its first 1280x800), no script run, nothing missing.
+    page = local.logs / "fail_on_rank" / "report.html"
+    assert "The job's story as one page: %s" % page in run.out
+    parsed = browser.dom(str(page))
+    assert "job fail_on_rank failed on node1 (node_rank 1): global rank 1 (local rank 0) exited with code 3" in parsed
+    assert "<script" not in parsed
+    shot, logged = browser.screenshot(str(page), "report-failed-job.png")
+    assert browser.has_colour(shot, FAILURE_RED), shot
+    assert "CONSOLE" not in logged and "Uncaught" not in logged, logged[-3000:]
+
+
+FAILURE_RED = (0xB4, 0x23, 0x18)  # the failure box's border (report_page.STYLE)
 
 
 LOCAL_VARS = "  vars:\n    ansible_connection: local\n"
@@ -279,6 +293,13 @@ def test_make_demo_in_a_fresh_copy_of_the_checkout(tmp_path):
     said = summary[summary.index("The master rank's last lines (%s):" % (copy / "logs" / "train" / "ranks" / "rank0.log")):]
     said = said.split("\nTASK [")[0]  # the callback prints the report task's own header after what it displayed
     assert re.search(r"\n  final test_accuracy [0-9.]+ world_size 2\n\s*$", said), summary
+    # The same story as one page beside the logs (report_page.py), its path said, linking what is there.
+    page = copy / "logs" / "train" / "report.html"
+    assert "The job's story as one page: %s" % page in summary, summary
+    text = page.read_text()
+    assert "<h1>job train: <span class=\"ok\">succeeded</span></h1>" in text and "<script" not in text
+    assert 'href="ranks/rank0.log"' in text and (page.parent / "ranks" / "rank0.log").exists()
+    assert "final test_accuracy" in text
 
 
 def test_train_from_the_built_and_installed_collection(tmp_path):

@@ -110,14 +110,21 @@ def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return rows
 
 
-def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -> str:
-    """A plain-text table, one line per node (and job), in the order given (rank order)."""
+def table_columns(rows: Sequence[Mapping[str, str]], show_job: bool = False) -> tuple[tuple[str, str], ...]:
+    """The table's columns (title, key) for these rows: the job's when asked, Slurm's and the container's when any
+    row has them."""
     columns = COLUMNS[:1] + (JOB_COLUMN,) + COLUMNS[1:] if show_job else COLUMNS
-    rows = table_rows(results)
     if any(row["slurm"] != "-" for row in rows):
         columns = columns[:-1] + (SLURM_COLUMN,) + columns[-1:]
     if any(row["container"] != "-" for row in rows):
         columns = columns[:-1] + CONTAINER_COLUMNS + columns[-1:]
+    return columns
+
+
+def format_table(results: Sequence[Mapping[str, Any]], show_job: bool = False) -> str:
+    """A plain-text table, one line per node (and job), in the order given (rank order)."""
+    rows = table_rows(results)
+    columns = table_columns(rows, show_job)
     widths = {key: len(title) for title, key in columns}
     for row in rows:
         for _title, key in columns:
