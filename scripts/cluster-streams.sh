@@ -2,16 +2,18 @@
 # The cluster stage as two pytest runs side by side (make test-cluster), to keep make test within its hour:
 #  - the session cluster's stream: the modules whose tests share the 3 provisioned nodes (tests/cluster/conftest.py's
 #    `cluster`), in the foreground, keeping that cluster for the molecule stage;
-#  - the own-nodes stream: the modules that start nodes of their own (Slurm's, the systemd node) or none (the
-#    local containers), in the background; it never starts the session cluster (GPUFLEET_TESTBED_NO_SESSION_CLUSTER
+#  - the own-nodes stream: the modules that start nodes of their own (Slurm's, the systemd node, the bare nodes) or
+#    none (the local containers), in the background; it never starts the session cluster (GPUFLEET_TESTBED_NO_SESSION_CLUSTER
 #    makes its fixture fail), and its nodes have other indices, so neither stream touches the other's nodes.
-# Each stream has its own pytest base folder. The own-nodes stream's output is printed after the session's.
+# Each stream has its own pytest base folder (and only the first keeps pytest's cache). The own-nodes stream's output is
+# printed after the session's, with each stream's wall time.
 # The stage fails when either stream fails. Usage: scripts/cluster-streams.sh KEPT_STATE [PYTEST ARG...]
 set -u
 cd "$(dirname "$0")/.."
 kept=$1
 shift
-OWN_NODES_MODULES=(tests/cluster/test_slurm.py tests/cluster/test_nvidia_services.py tests/cluster/test_containers.py)
+OWN_NODES_MODULES=(tests/cluster/test_slurm.py tests/cluster/test_nvidia_services.py tests/cluster/test_bare_nodes.py
+                   tests/cluster/test_containers.py)
 python=${PYTHON:-.venv/bin/python}
 base=$(mktemp -d /tmp/gpufleet-cluster-stage.XXXXXX)
 own_log=.cache/cluster-own-nodes.log
@@ -23,13 +25,17 @@ for module in "${OWN_NODES_MODULES[@]}"; do
     deselect+=(--ignore="$module")
 done
 
-GPUFLEET_TESTBED_NO_SESSION_CLUSTER=1 "$python" -m pytest --durations=15 --basetemp="$base/own-nodes" "$@" \
-    "${OWN_NODES_MODULES[@]}" > "$own_log" 2>&1 &
+started=$(date +%s)
+(GPUFLEET_TESTBED_NO_SESSION_CLUSTER=1 "$python" -m pytest -p no:cacheprovider --durations=15 \
+    --basetemp="$base/own-nodes" "$@" \
+    "${OWN_NODES_MODULES[@]}"; rc=$?; echo "own-nodes stream: $(( $(date +%s) - started )) s"; exit $rc) \
+    > "$own_log" 2>&1 &
 own_pid=$!
 
 GPUFLEET_TESTBED_KEEP=$kept "$python" -m pytest --durations=25 --basetemp="$base/session" "$@" \
     "${deselect[@]}" tests/cluster
 session_rc=$?
+session_s=$(( $(date +%s) - started ))
 
 wait "$own_pid"
 own_rc=$?
@@ -37,6 +43,7 @@ echo
 echo "=== the own-nodes stream (${OWN_NODES_MODULES[*]}), run beside the above: $own_log ==="
 cat "$own_log"
 echo
-echo "cluster stage: session cluster's stream exit $session_rc, own-nodes stream exit $own_rc"
+echo "cluster stage: session cluster's stream exit $session_rc in $session_s s, own-nodes stream exit $own_rc" \
+    "(its time on its log's last line), both done after $(( $(date +%s) - started )) s"
 rm -rf "$base"
 [ "$session_rc" -eq 0 ] && [ "$own_rc" -eq 0 ]

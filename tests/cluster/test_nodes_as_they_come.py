@@ -2,25 +2,18 @@
 
 - node1 keeps the runtime's /etc/hosts, a bind mount that an atomic rename cannot replace;
 - node2's sshd listens on port 2222 (ansible_port in the inventory), as Docker-based nodes' often do;
-- every node starts with a Debian installer's `127.0.1.1 <hostname>` line;
-- three more nodes that gpufleet never provisioned (no etc_hosts, no nccl_env: their hostnames resolve to
-  127.0.1.1) get only a Python with torch (provision.yml --tags python_env), and train.yml must work there.
+- every node starts with a Debian installer's `127.0.1.1 <hostname>` line.
+
+Servers gpufleet never provisioned are test_bare_nodes.py's (nodes of their own).
 """
 
-import json
-import os
 import re
-import subprocess
 
 import pytest
 
 import testbed
-from harness import BIN, REPO, Cluster
 
 pytestmark = pytest.mark.cluster
-
-# Nodes of their own for the training on unprovisioned servers: node3, node4, node5.
-RAW = [3, 4, 5]
 
 
 def test_a_bind_mounted_etc_hosts_is_written_in_place(cluster, provisioned):
@@ -61,127 +54,3 @@ def test_mpirun_across_every_node_with_one_on_another_ssh_port(cluster, provisio
         "mpirun --allow-run-as-root --hostfile /etc/gpufleet/hostfile -np 3 --map-by node hostname")
     assert out.rc == 0, out.stderr
     assert sorted(out.stdout.split()) == ["node0", "node1", "node2"]
-
-
-@pytest.fixture(scope="module")
-def raw_cluster(own_nodes_state):
-    """Three more nodes, never provisioned by gpufleet except for a Python with torch (python_env alone, with its
-    default packages: torch and nothing else, as a user who sets nothing gets)."""
-    info = testbed.start_nodes(own_nodes_state, RAW, name="raw.yml")
-    try:
-        raw = Cluster(info, own_nodes_state)
-        # As a new user's first command on bare Debian nodes (README, quickstart step 3), before anything installed
-        # python3-apt: read by test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed.
-        raw.bare_check = raw.playbook("provision.yml", "--check", "--diff")
-        # Then as the README says: python3-apt first, and --check again, before anything else was installed.
-        apt = subprocess.run([os.path.join(BIN, "ansible"), "-i", raw.inventory, "gpu_nodes", "-b", "-m",
-                              "ansible.builtin.apt", "-a", "name=python3-apt"], cwd=raw.state, capture_output=True,
-                             text=True, check=False, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")))
-        assert apt.returncode == 0, apt.stdout[-3000:] + apt.stderr[-3000:]
-        raw.bare_check_with_apt = raw.playbook("provision.yml", "--check", "--diff")
-        run = raw.playbook("provision.yml", "--tags", "python_env", "-e", '{"python_env_extra_packages": []}')
-        assert run.rc == 0, run.out[-3000:]
-        packages = raw.host(raw.nodes[0]).check_output("/opt/gpufleet/venv/bin/python -m pip list --format=freeze")
-        installed = [line.split("+")[0] for line in packages.split()]  # torch==2.13.0+cpu: the wheel's local tag
-        assert "torch==2.13.0" in installed and "numpy" not in packages and "deepspeed" not in packages, packages
-        yield raw
-    finally:
-        testbed.remove_nodes(RAW)
-
-
-def test_check_mode_on_bare_debian_nodes_says_python3_apt_is_needed(raw_cluster):
-    """Ansible's apt module cannot compare package states without python3-apt in check mode: provision.yml --check
-    says so for every node before anything is compared, instead of failing at the first apt handler."""
-    run = raw_cluster.bare_check
-    assert run.rc != 0
-    said = " ".join(run.out.split())
-    for node in raw_cluster.nodes:
-        assert ("%s: provision.yml --check needs python3-apt on the node (Ansible's apt module reads package states "
-                "through it in check mode) and the node has none; nothing was changed." % node) in said, said[-3000:]
-    assert "python3-apt must be installed to use check mode" not in said  # the apt module's own error, later
-    assert "changed: [" not in run.out and "--- before" not in run.out
-
-
-def test_check_mode_on_bare_nodes_with_python3_apt_runs_through_and_says_what_it_cannot_compare(raw_cluster):
-    """NVIDIA's repository is not on bare nodes yet, so apt cannot compare its packages in check mode: each NVIDIA
-    role says so and ends its check there instead of failing with "No package matching"; python_env likewise
-    without python3-venv and python3-packaging, nccl_tests has no folder to unpack into; nothing is changed."""
-    run = raw_cluster.bare_check_with_apt
-    assert run.rc == 0, run.out[-4000:]
-    said = " ".join(run.out.split())
-    for node in raw_cluster.nodes:
-        for role in ("cuda_toolkit", "nccl"):
-            # (the callback doubles the apostrophe of "role's" in its quoted YAML)
-            assert ("%s: the repository is not set up on the node yet (a real run adds it first), so check mode cannot "
-                    "compare the %s role" % (node, role)) in said, said[-4000:]
-        assert ("%s: python3-venv, python3-packaging would be installed first (a real run does), so check mode cannot "
-                "compare the environment" % node) in said
-    assert "No package matching" not in said and "fatal:" not in run.out
-    for node in raw_cluster.nodes:
-        host = raw_cluster.host(node)
-        assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
-        assert not host.file("/etc/gpufleet").exists
-
-
-def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):
-    raw = raw_cluster
-    for node in raw.nodes:
-        host = raw.host(node)
-        # As the servers come: the hostname resolves to loopback, and no gpufleet network settings exist.
-        assert host.run("getent ahostsv4 $(hostname)").stdout.split()[0] == "127.0.1.1"
-        assert not host.file("/etc/gpufleet/nccl.env").exists
-    run = raw.playbook("train.yml", "-e", "script=%s/examples/train.py" % REPO, "-e", "nproc_per_node=2")
-    assert run.rc == 0, run.out[-4000:]
-    logs = {node: open("%s/logs/train/%s.log" % (raw.state, node)).read() for node in raw.nodes}
-    for rank in range(6):
-        assert any("rank %d of world size 6" % rank in log for log in logs.values())
-    for node in raw.nodes:
-        # The launch named the interface of each node's cluster address for Gloo and NCCL (for NCCL exactly: "=").
-        launch = raw.host(node).file("/root/.gpufleet/jobs/train/launch.sh").content_string
-        iface = raw.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", raw.addresses[node])
-        assert 'GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-%s}"' % iface in launch, launch
-        assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=%s}"' % iface in launch
-
-
-def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):
-    raw = raw_cluster
-    only_nvidia = ("--skip-tags", "etc_hosts,ssh_mesh,nccl_env,mpi,python_env")
-    run = raw.playbook("provision.yml", *only_nvidia, "-e", "gpufleet_nvidia_on_gpu_less_nodes=false")
-    assert run.rc == 0, run.out[-3000:]
-    for node in raw.nodes:
-        # One message per node (the driver role's, naming both variables), and nothing of NVIDIA's on the node.
-        assert run.out.count("%s: no NVIDIA GPU on the PCI bus" % node) == 1, run.out[-3000:]
-        assert "gpufleet_nvidia_on_gpu_less_nodes: true for a build host" in run.out
-        host = raw.host(node)
-        assert not host.file("/etc/apt/sources.list.d/nvidia-cuda.sources").exists
-        assert not host.package("cuda-toolkit-12-8").is_installed and not host.package("libnccl2").is_installed
-    # Opted in, with a repository the nodes cannot reach (a closed port on their own loopback): the failure names
-    # the URL and the variable that points at a mirror.
-    unreachable = raw.playbook("provision.yml", *only_nvidia, "-e", "gpufleet_nvidia_mirror=http://127.0.0.1:9")
-    assert unreachable.rc != 0
-    text = unreachable.out.replace("\n        ", " ")
-    assert "cannot download NVIDIA's repository key http://127.0.0.1:9/debian12/x86_64/3bf863cc.pub" in text, text[-3000:]
-    assert "set gpufleet_nvidia_mirror to a mirror of https://developer.download.nvidia.com/compute/cuda/repos" in text
-
-
-def test_verify_passes_on_gpu_less_nodes_with_a_gloo_measurement(raw_cluster):
-    """The three GPU-less nodes as the test above left them: provision.yml said "no NVIDIA GPU on the PCI bus" and
-    installed no CUDA, NCCL or nccl-tests (its etc_hosts, ssh_mesh, nccl_env and mpi roles were left out there, so
-    each hostname still resolves to 127.0.1.1 and nothing sets GLOO_SOCKET_IFNAME). verify.yml checks what applies,
-    says that NCCL's bandwidth was not measured and why, measures the network with a Gloo all_reduce across the
-    three nodes, and passes; it no longer asks for nccl-tests, which provision.yml would not install here."""
-    raw = raw_cluster
-    run = raw.playbook("verify.yml", "-e", '{"verify_gloo_sizes": [65536, 4194304]}')
-    assert run.rc == 0, run.out[-4000:]
-    said = " ".join(run.out.split())
-    assert ("NCCL bandwidth was not measured on node3, node4, node5: no NVIDIA GPU (nvidia-smi lists none, and the "
-            "PCI bus has none)") in said, said[-3000:]
-    assert "Gloo all_reduce across 3 node(s) (node3, node4, node5), one rank each: peak bus bandwidth" in said
-    assert "all_reduce_perf missing" not in said and "--tags mpi,nccl_tests" not in said
-    gloo = json.load(open(os.path.join(raw.state, "logs", "verify", "gloo_all_reduce.json")))
-    assert gloo["verdict"]["passed"] is True and gloo["hosts"] == ["node3", "node4", "node5"], gloo
-    assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in gloo["rows"]) and len(gloo["rows"]) == 2, gloo
-    for node in raw.nodes:
-        # Gloo went over each node's cluster interface, not the loopback address its hostname resolves to.
-        iface = raw.host(node).check_output("ip -o -4 addr show to %s | awk '{print $2}'", raw.addresses[node])
-        assert gloo["interfaces"][node] == iface
