@@ -216,14 +216,20 @@ def hang_cause(results: Sequence[Mapping[str, Any]]) -> dict[str, list[int]]:
     return stack_groups.likely_cause(results) if hung(results) else {}
 
 
+def stacks_files(results: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each node's fetched stacks file beside its log (<logs>/<host>.stacks.txt), for the nodes whose run took
+    stacks."""
+    return [os.path.join(os.path.dirname(str(r["log"])), "%s.stacks.txt" % r.get("host")) for r in results
+            if r.get("log") and isinstance(r.get("stacks"), Mapping) and r["stacks"].get("file")]
+
+
 def where_ranks_were(results: Sequence[Mapping[str, Any]]) -> str:
     """'<where each rank was, and the likely cause>; every rank's stack: <files>' for a job whose nodes took stacks
     before it was stopped (stack_groups.py: on a hang, or on a stop that asked for them), else ''."""
     said = stack_groups.verdict(results)
     if said is None:
         return ""
-    files = [os.path.join(os.path.dirname(str(r["log"])), "%s.stacks.txt" % r.get("host")) for r in results
-             if r.get("log") and isinstance(r.get("stacks"), Mapping) and r["stacks"].get("file")]
+    files = stacks_files(results)
     return "%s%s" % (said, "; every rank's stack: %s" % ", ".join(files) if files else "")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import write_atomic
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import JobState
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem import report
 
@@ -126,10 +127,7 @@ def _timeline(story: Story) -> str:
 
 def _logs(story: Story) -> str:
     links = [_link(str(r["log"]), story.logs_dir) for r in story.results if r.get("log")]
-    links += [_link(path, story.logs_dir) for path in story.rank_logs]
-    for name in sorted(os.listdir(story.logs_dir)) if os.path.isdir(story.logs_dir) else []:
-        if name.endswith(".stacks.txt"):
-            links.append(_link(name, story.logs_dir))
+    links += [_link(path, story.logs_dir) for path in story.rank_logs + report.stacks_files(story.results)]
     return "<h2>Logs</h2><ul>%s</ul>" % "".join("<li>%s</li>" % link for link in links) if links else ""
 
 
@@ -158,10 +156,7 @@ def page(story: Story) -> str:
 
 
 def write(story: Story) -> str:
-    """logs_dir/report.html, written whole (aside, then renamed); its path."""
+    """logs_dir/report.html, written whole (job_processes.write_atomic), readable by all as the logs are; its path."""
     path = os.path.join(story.logs_dir, PAGE)
-    aside = path + ".new"
-    with open(aside, "w", encoding="utf-8") as handle:
-        handle.write(page(story))
-    os.replace(aside, path)
+    write_atomic(path, page(story), 0o644)
     return path

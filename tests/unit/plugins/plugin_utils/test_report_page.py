@@ -32,6 +32,7 @@ def failed_job(tmp_path):
         (logs / ("%s.log" % host)).write_text("step 1\n")
     (logs / "ranks" / "rank5.log").write_text("Traceback ...\n")
     (logs / "node2.stacks.txt").write_text("=== node2 rank 5 ===\n")
+    (logs / "node0.stacks.txt").write_text("an earlier run's\n")  # this run took none on node0: not linked
     (logs / "events.log").write_text("".join("2026-11-29 05:00:%02d.000  node0  event %d\n" % (i % 60, i)
                                              for i in range(1000)))
     results = [
@@ -41,7 +42,7 @@ def failed_job(tmp_path):
          "log": str(logs / "node1.log")},
         {"host": "node2", "node_rank": 2, "state": "failed", "exit_code": 1, "ended_at": 4.0,
          "root_cause": {"rank": 5, "local_rank": 1, "exit_code": 3}, "log_tail": ["ValueError: <bad> & worse"],
-         "log": str(logs / "node2.log")},
+         "log": str(logs / "node2.log"), "stacks": {"file": "stacks.txt", "error": None, "ranks": []}},
     ]
     write_samples(logs, "node2", [(80, 30000, 1980, 0)])
     gpus = gpu_report.job_gpus(str(logs), results)
@@ -90,7 +91,7 @@ def test_a_job_that_succeeded_says_so_and_the_file_is_written_whole(tmp_path):
     logs.mkdir(parents=True)
     results = [{"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0}]
     path = report_page.write(report_page.Story("ok", results, str(logs)))
-    assert path == str(logs / "report.html") and not (logs / "report.html.new").exists()
+    assert path == str(logs / "report.html") and os.listdir(logs) == ["report.html"]
     page = Page((logs / "report.html").read_text())
     assert "job ok: succeeded" in " ".join(" ".join(page.text).split())
     assert "What failed first" not in "".join(page.text)
