@@ -14,6 +14,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import schedulers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, parse_restart_on
 from ansible_collections.gpufleet.cluster.plugins.modules import job_plan as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import container_images, history, plan, ports
@@ -127,9 +128,16 @@ def hang_timeout(value: Any) -> int | None:
 
 
 def supervision_plan(given: dict) -> dict:
-    """The supervision settings the plan checks: the hang watchdog's seconds, and the stop's grace period."""
+    """The supervision settings the plan checks: the hang watchdog's seconds, the stop's grace period, and the
+    causes a failed attempt is restarted on."""
+    try:
+        restart_on = list(parse_restart_on(DEFAULT_RESTART_ON if given.get("restart_on") is None
+                                           else given["restart_on"]))
+    except ValueError as exc:
+        raise plan.PlanError(str(exc)) from exc
     return {"hang_timeout": hang_timeout(given.get("hang_timeout")),
-            "grace_s": plan.parse_seconds(given.get("stop_grace_s"), "stop_grace_s", Defaults.GRACE_S, maximum=3600.0)}
+            "grace_s": plan.parse_seconds(given.get("stop_grace_s"), "stop_grace_s", Defaults.GRACE_S, maximum=3600.0),
+            "restart_on": restart_on}
 
 
 def _nodes(group: str, groups: dict, task_vars: dict) -> list[str]:

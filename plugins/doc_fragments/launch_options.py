@@ -179,9 +179,12 @@ options:
         default: 120
       max_restarts:
         description:
-          - After a failure or a hang, launch the whole gang again, up to this many times, on the next port of
-            O(supervision.restart_ports) each time, with C(GPUFLEET_ATTEMPT) and C(GPUFLEET_RESTART_REASON) (why)
-            in the ranks' environment. Not after a stop, a lost node or a hardware fault of a GPU.
+          - After a failure or a hang, launch the whole gang again, up to this many times in a row, on the next port
+            of O(supervision.restart_ports) each time, with C(GPUFLEET_ATTEMPT) and C(GPUFLEET_RESTART_REASON) (why)
+            in the ranks' environment. Not after a stop, nor for a cause O(supervision.restart_on) does not name, nor
+            for a lost node or a hardware fault of a GPU without a spare to take its place.
+          - An attempt that ran O(supervision.min_progress_s) gives the budget back, so that this counts failures
+            close together, not over a week; the ports are then used again from the first.
         type: int
         default: 0
       min_progress_s:
@@ -189,8 +192,22 @@ options:
           - A restart that fails the same way as the attempt before it (the same nodes failing with the same exit
             code or signal, the same hardware fault, or a hang again) within this many seconds of its start made
             no progress, and the restarts stop there, restarts remaining or not. 0 turns this off.
+          - An attempt that ran this many seconds before it failed gives the restart budget back
+            (O(supervision.max_restarts) restarts again).
         type: float
         default: 300
+      restart_on:
+        description:
+          - The causes a failed attempt is restarted on. C(node_lost) (a node stopped answering, with a spare to take
+            its place), C(hang), C(hardware_fault) (an XID, with a spare), C(rank_exit) (a rank's failure), or an exit
+            code from 1 to 255 (a rank's failure with that code; a rank killed by a signal exits with 128 plus its
+            number, 137 for SIGKILL).
+          - Whatever restart_on says, a rank that fails twice in a row at the same place (the innermost frame of
+            the script's own in its traceback) with the same exit code is the script's own failure and is not
+            restarted again.
+        type: list
+        elements: str
+        default: [node_lost, hang, hardware_fault, rank_exit]
       restart_ports:
         description: Master ports of the relaunches, in order; as many as O(supervision.max_restarts).
         type: list

@@ -87,6 +87,8 @@ options:
         unset is off.
       - C(stop_grace_s) - seconds a rank has from its stop notice (C(GPUFLEET_STOP_FILE)) to SIGKILL, SIGTERM coming
         with the notice; a number from 0 to 3600, 5 when unset.
+      - C(restart_on) - the causes a failed attempt is restarted on, a list or a comma-separated string - C(node_lost),
+        C(hang), C(hardware_fault), C(rank_exit), or an exit code from 1 to 255; every cause when unset.
     type: dict
     default: {}
   health_diag:
@@ -216,6 +218,10 @@ plan:
     grace_s:
       description: Seconds from a rank's stop notice to SIGKILL (C(stop_grace_s) of O(supervision)).
       type: float
+    restart_on:
+      description: The causes a failed attempt is restarted on (C(restart_on) of O(supervision)), exit codes as words.
+      type: list
+      elements: str
     health_diag:
       description: The DCGM diagnostic level of the health gate, 0 for none.
       type: int

@@ -1,6 +1,7 @@
 """train.yml, stop.yml and status.yml for real on the local two-node inventory (two torchrun agents, loopback)."""
 
 import hashlib
+import html
 import json
 import os
 import re
@@ -135,6 +136,10 @@ BAD_INPUTS = [
      None, "gpufleet_secret_env: 'A-B' is not a valid environment variable name"),
     ("max_restarts not a number", "train.yml", TRAIN + ["-e", "max_restarts=twice"], None, None,
      "max_restarts: must be a whole number, got 'twice'"),
+    ("restart cause unknown", "train.yml", TRAIN + ["-e", "restart_on=hang,oom"], None, None,
+     "restart_on: 'oom' is neither a cause (node_lost, hang, hardware_fault, rank_exit) nor an exit code from 1 to 255"),
+    ("restart exit code out of range", "train.yml", TRAIN + ["-e", "restart_on=rank_exit,256"], None, None,
+     "restart_on: '256' is neither a cause"),
     ("stop grace not seconds", "train.yml", TRAIN + ["-e", "stop_grace_s=5m"], None, None,
      "stop_grace_s: must be a number of seconds from 0 to 3600, got '5m'"),
     ("hang_timeout 0", "train.yml", TRAIN + ["-e", "hang_timeout=0"], None, None,
@@ -356,6 +361,27 @@ def test_secret_env_reaches_the_ranks_but_no_log_argument_list_or_readable_file(
             if path.is_file() and path.name != "secret_env":
                 assert secret not in path.read_text(errors="replace"), path
     local.playbook("stop.yml", "-e", "job=secret")
+
+
+def test_a_rank_raising_at_the_same_line_twice_is_not_restarted_a_third_time(local):
+    """Restart by cause (restart_policy.py): real torchrun on two nodes, global rank 1 raises at
+    raise_at_same_line.py:11 in each attempt; max_restarts=3 and min_progress_s=0 (the time guard off), so only the
+    same place stops the restarts. The summary and the page say why."""
+    env = json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo"}})
+    run = local.playbook("train.yml", "-e", "script=%s/raise_at_same_line.py" % SCRIPTS, "-e", "max_restarts=3",
+                         "-e", "min_progress_s=0", "-e", env)
+    assert run.rc != 0
+    said = ("not restarting: rank 1 (node1) failed twice in a row in raise_at_same_line.py:11 with exit code 1: the "
+            "script's own failure, which a restart would meet again")
+    assert said in " ".join(run.out.split()), run.out[-3000:]
+    for node in ("node0", "node1"):
+        state = json.loads((local.job_dir(node, "raise_at_same_line") / "state.json").read_text())
+        assert [a["attempt"] for a in state["attempts"]] == [1, 2] and state["no_restart"] == said, state
+    state1 = json.loads((local.job_dir("node1", "raise_at_same_line") / "state.json").read_text())
+    assert [(a["failed_rank"], a["failed_at"]) for a in state1["attempts"]] == [(1, "raise_at_same_line.py:11")] * 2
+    assert [a["rank_exit"] for a in state1["attempts"]] == [1, 1], state1  # the rank's own, read before torchrun's
+    page = (local.logs / "raise_at_same_line" / "report.html").read_text()
+    assert html.escape(said) in " ".join(page.split())
 
 
 def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resumes_from(local):

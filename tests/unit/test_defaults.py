@@ -18,6 +18,7 @@ import yaml
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launch_options
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LAST_DEFAULT = re.compile(r"default\(([^()]*)\)\s*\)*\s*}}\s*$")
@@ -72,6 +73,8 @@ HOMES = {
     "job_scheduler": {"launch scheduler": _launch_default("scheduler"), "job_plan scheduler": _module_defaults("job_plan")["scheduler"]},
     "job_max_restarts": {"launch supervision.max_restarts": _launch_default("supervision.max_restarts"),
                          "job_plan max_restarts": _module_defaults("job_plan")["max_restarts"]},
+    "job_restart_on": {"launch supervision.restart_on": _launch_default("supervision.restart_on"),
+                       "restart_policy.DEFAULT_RESTART_ON": list(DEFAULT_RESTART_ON)},
     "job_group": {"job_plan group": _module_defaults("job_plan")["group"], "job_export group": _module_defaults("job_export")["group"]},
     "job_logs_dir": {"job_plan logs_dir": _module_defaults("job_plan")["logs_dir"]},
     "job_wait": {"job_plan wait": _module_defaults("job_plan")["wait"]},

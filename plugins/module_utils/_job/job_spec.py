@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,11 @@ class JobSpec:
     # Launches of the whole gang again after a failure, each on the next of restart_ports.
     max_restarts: int = 0
     restart_ports: tuple[int, ...] = ()
-    # A restart that fails the same way within this many seconds of its start stops the restarts (gang_rules.py).
+    # A restart that fails the same way within this many seconds of its start stops the restarts (gang_rules.py); an
+    # attempt that ran this long gives the restart budget back.
     min_progress_s: float = Defaults.MIN_PROGRESS_S
+    # The causes a failed attempt is restarted on: restart_policy.CAUSES and exit codes (as words).
+    restart_on: tuple[str, ...] = DEFAULT_RESTART_ON
     # torchrun, deepspeed, mpirun, horovodrun or none (see launchers.py).
     launcher: str = "torchrun"
     # Ranks on each node, in rank order (the hostfile's slots and the rank manifest's ranges).
@@ -90,6 +94,7 @@ class JobSpec:
         data["nodes"] = [list(node) for node in self.nodes]
         data["spares"] = [list(node) for node in self.spares]
         data["restart_ports"] = list(self.restart_ports)
+        data["restart_on"] = list(self.restart_on)
         data["slots"] = list(self.slots)
         for name in ("container_volumes", "container_ulimits", "container_run_args"):
             data[name] = list(getattr(self, name))

@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs,
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, parse_restart_on
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import SCHEDULERS, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
     ENV_NAME_RE,
@@ -47,6 +48,7 @@ GROUPS: dict[str, dict] = {
         "max_restarts": {"type": "int", "default": 0},
         "min_progress_s": {"type": "float", "default": Defaults.MIN_PROGRESS_S},
         "restart_ports": {"type": "list", "elements": "int", "default": []},
+        "restart_on": {"type": "list", "elements": "str", "default": list(DEFAULT_RESTART_ON)},
     },
     "health": {
         "sample_s": {"type": "float", "default": Defaults.GPU_SAMPLE_S},
@@ -154,6 +156,10 @@ def _basic_problem(values: dict) -> str:
         return "supervision.max_restarts: must be 0 or more, got %d" % values["max_restarts"]
     if values["min_progress_s"] < 0:
         return "supervision.min_progress_s: must be 0 or more seconds, got %g" % values["min_progress_s"]
+    try:
+        parse_restart_on(values["restart_on"])
+    except ValueError as exc:
+        return "supervision.%s" % exc
     if values["hang_timeout_s"] < 0:
         return "supervision.hang_timeout_s: must be 0 (off) or a number of seconds, got %d" % values["hang_timeout_s"]
     return ""

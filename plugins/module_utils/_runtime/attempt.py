@@ -20,8 +20,9 @@ import subprocess
 import time
 from typing import Protocol
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import describe, ending_on_its_own, failed_before
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
+    attempt_verdict, describe, ending_on_its_own, failed_before, peer_done)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch,
@@ -45,6 +46,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
     PartOutcome,
     StopReason,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_silence import TAGGING_LAUNCHERS
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import hung_in
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import exit_code_of, failed_at, read_tail
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import HostRuntime
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import place_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import notice_env
@@ -64,11 +68,16 @@ class AttemptHost(Protocol):
     host: str
     stop_reason: str | None
     restart_reason: str
+    ended: PartOutcome | None
     gang: Gang | LoneNode
     ranks: RankWatch
     runtime: HostRuntime
 
     def save(self, **changes: object) -> None: ...
+
+    def beat(self, phase: HeartbeatPhase, final: bool = False, force: bool = False) -> None: ...
+
+    def may_restart(self) -> bool: ...
 
     def log(self, line: str) -> None: ...
 
@@ -231,3 +240,68 @@ class Attempt:
         self.node.log("every rank has ended; %s was still running %g s later: ended with SIGKILL"
                       % (launcher, Defaults.AGENT_GRACE_S))
         return True
+
+
+class FirstFailure:
+    """The first rank of this node that failed on its own in an attempt (RankWatch's news of it), and where: its
+    exit code and the frame of its traceback in the attempt's part of the node's log (restart_policy.failed_at)."""
+
+    def __init__(self, log_path: str, launcher: str) -> None:
+        self.log_path = log_path
+        self.tagged = launcher in TAGGING_LAUNCHERS
+        self.start = 0  # the attempt's first byte in the log
+        self.rank: int | None = None
+        self.status: int | None = None
+
+    def begin(self) -> None:
+        self.rank = self.status = None
+        try:
+            self.start = os.path.getsize(self.log_path)
+        except OSError:
+            self.start = 0
+
+    def rank_failed(self, rank: int | None, status: int) -> None:
+        if self.status is None:
+            self.rank, self.status = rank, status
+
+    def of_attempt(self, outcome: str) -> dict:
+        """PartOutcome's failed_rank, rank_exit and failed_at of a failed part (none of a part that did not fail)."""
+        if outcome != JobState.FAILED:
+            return {}
+        rank, place = failed_at(read_tail(self.log_path, self.start), self.rank, self.tagged)
+        return {"failed_rank": rank, "rank_exit": None if self.status is None else exit_code_of(self.status),
+                "failed_at": place}
+
+
+def await_peers(node: AttemptHost) -> tuple[str, list[Heartbeat]]:
+    """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang, with
+    every node's part as heard: 'succeeded' (every part succeeded), 'failed' (a part failed or the job hung: a
+    restart may help), 'stopped' (stopped by a user: no restart) or 'lost' (a node stopped answering)."""
+    ended = node.ended
+    if ended is None:
+        raise RuntimeError("no attempt has ended")
+    parts = [Heartbeat.of_part(ended, node.node_rank, hung_in(node.state.get("stacks")))]
+    gang = node.gang
+    if not isinstance(gang, Gang) or not gang.peers():
+        return attempt_verdict(parts, node.stop_reason is not None), parts
+    node.beat(HeartbeatPhase.ENDED, force=True)
+    # Waiting for the others only matters when the gang may launch again together; a part that failed with no
+    # restart left (or was stopped) has told the others, and this node is done.
+    final = ended.outcome != JobState.SUCCEEDED and (not node.may_restart() or ended.hardware_fault)
+    if not final:
+        node.save(phase="this node's part has ended; waiting for the other nodes")
+    while node.stop_reason is None and not final:
+        pending = [rank for rank in gang.peers() if not peer_done(gang.news.get(rank), node.attempt)]
+        if not pending:
+            break
+        lost = [rank for rank in pending if rank in gang.lost()]
+        if lost:
+            node.save(peers_lost=lost_at(gang, lost, node.state.get("peers_lost")))
+            return JobState.LOST, parts
+        node.tick(HeartbeatPhase.ENDED)
+    for rank in gang.peers():
+        # Its news of this attempt, though it may have moved on to the next one already (its latest news is then of
+        # that one); a part this node never heard of counts as failed.
+        news = gang.news_of(rank, node.attempt)
+        parts.append(news if news else Heartbeat.unheard(rank, node.attempt))
+    return attempt_verdict(parts, node.stop_reason is not None), parts

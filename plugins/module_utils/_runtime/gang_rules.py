@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from typing import Callable, Sequence
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import wait_status_said
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, refused_by_policy
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     GANG_FAILURE_STATES,
     HeartbeatPhase,
@@ -173,9 +174,36 @@ def _failed_on_its_own(parts: list[Heartbeat]) -> list[Heartbeat]:
 def failure_signature(parts: list[Heartbeat]) -> tuple:
     """What failed, alike on every node that heard the same parts: each part that failed by itself, by node rank,
     with its outcome and exit code or signal (a hang: the outcome and the frame the ranks were in, where stacks were
-    taken; a hardware fault: its reason)."""
+    taken; a hardware fault: its reason), and its first failed rank's own exit code and place."""
     return tuple((p.rank, str(p.outcome), p.hung_in if p.outcome == JobState.HUNG else (p.signal or p.exit_code),
-                  p.reason if p.hardware_fault else None) for p in _failed_on_its_own(parts))
+                  p.reason if p.hardware_fault else None, p.rank_exit, p.failed_at) for p in _failed_on_its_own(parts))
+
+
+def failure_cause(parts: list[Heartbeat], lost: dict | None) -> tuple[str, int | None]:
+    """What a failed attempt is put down to (restart_policy.CAUSES), alike on every node: a lost node, a hardware
+    fault, a hang, else a rank's failure, with the first failed part's rank exit code (its launcher's, unknown)."""
+    if lost:
+        return "node_lost", None
+    if any(part.hardware_fault for part in parts):
+        return "hardware_fault", None
+    failed = _failed_on_its_own(parts)
+    first = failed[0] if failed else parts[0]
+    if first.outcome == JobState.HUNG:
+        return "hang", None
+    return "rank_exit", first.rank_exit if first.rank_exit is not None else first.exit_code
+
+
+def repeated_failure(parts: list[Heartbeat], earlier: tuple | None, host_of: Callable[[int], str]) -> str | None:
+    """Why a rank's failure is the script's own and not retried: the same part failed twice in a row at the same
+    place (its rank's traceback's frame) with the same exit, however long the attempt ran; else None."""
+    failed = _failed_on_its_own(parts)
+    first = failed[0] if failed else None
+    if first is None or first.outcome != JobState.FAILED or not first.failed_at or earlier != failure_signature(parts):
+        return None
+    who = "node_rank %d" % first.rank if first.failed_rank is None else "rank %d" % first.failed_rank
+    code = first.rank_exit if first.rank_exit is not None else first.exit_code
+    return ("not restarting: %s (%s) failed twice in a row in %s with exit code %s: the script's own failure, which a "
+            "restart would meet again" % (who, host_of(max(first.rank, 0)), first.failed_at, code))
 
 
 def _cut_off(lost: list[int], view: SpareView) -> str | None:
@@ -221,15 +249,19 @@ def _follow(parts: list[Heartbeat], view: SpareView) -> RestartDecision:
 
 
 def restart_decision(parts: list[Heartbeat], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
-                     min_progress_s: float, lost: dict | None = None, spares: SpareView | None = None
-                     ) -> RestartDecision:
-    """Whether a failed attempt is launched again (restarts remaining), and with which spares: a lost node (lost:
-    {host: when last heard}) or one with a hardware fault is replaced by a ready spare at its node rank
-    (replacement); without one, the gang is not launched again (a hardware fault would meet the same GPU again);
-    nor when it failed the same way as the attempt before within min_progress_s of its start. With why it failed,
-    for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
+                     min_progress_s: float, lost: dict | None = None, spares: SpareView | None = None,
+                     restart_on: Sequence[str] = DEFAULT_RESTART_ON) -> RestartDecision:
+    """Whether a failed attempt is launched again (restarts remaining), and with which spares: not when its cause
+    is not among restart_on (failure_cause), nor when a rank failed twice in a row at the same place
+    (repeated_failure); a lost node (lost: {host: when last heard}) or one with a hardware fault is replaced by a
+    ready spare at its node rank (replacement); without one, the gang is not launched again (a hardware fault would
+    meet the same GPU again); nor when it failed the same way as the attempt before within min_progress_s of its
+    start. With why it failed, for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
     if spares is not None and spares.announced:
         return _follow(parts, spares)
+    refused = refused_by_policy(restart_on, *failure_cause(parts, lost)) or repeated_failure(parts, earlier, host_of)
+    if refused:
+        return RestartDecision(refused, refused, failure_signature(parts))
     replaced, cut_off = _replacing(parts, lost or {}, spares)
     if cut_off:
         return RestartDecision(cut_off, "%s lost" % ", ".join(sorted(lost or {})), ())

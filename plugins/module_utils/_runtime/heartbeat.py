@@ -34,7 +34,8 @@ def _str(value: Any) -> Optional[str]:
 @dataclasses.dataclass(frozen=True)
 class Heartbeat:  # pylint: disable=too-many-instance-attributes
     """One node's news of its part: the attempt and phase (running, ended, a spare's standby), how the part ended
-    or is failing (outcome, exit code or signal, reason, the node it was stopped for, a hardware fault), its log's
+    or is failing (outcome, exit code or signal, reason, the node it was stopped for, a hardware fault, its first
+    failed rank's exit code and place), its log's
     silence, the hang's stacks (wanted, taken, where the ranks were), why the next attempt starts, and who sent it
     when (the run, node rank, host, the members the sender knows, its wall clock)."""
 
@@ -53,6 +54,9 @@ class Heartbeat:  # pylint: disable=too-many-instance-attributes
     stacks_wanted: bool = False
     restart_reason: str = ""
     hung_in: Optional[str] = None
+    failed_rank: Optional[int] = None
+    rank_exit: Optional[int] = None
+    failed_at: Optional[str] = None
     members: Optional[Tuple[str, ...]] = None
     host: Optional[str] = None
     run: Optional[str] = None
@@ -79,6 +83,9 @@ class Heartbeat:  # pylint: disable=too-many-instance-attributes
             stacks_wanted=bool(message.get("stacks_wanted")),
             restart_reason=_str(message.get("restart_reason")) or "",
             hung_in=_str(message.get("hung_in")),
+            failed_rank=_int(message.get("failed_rank")),
+            rank_exit=_int(message.get("rank_exit")),
+            failed_at=_str(message.get("failed_at")),
             members=tuple(str(host) for host in members) if isinstance(members, list) else None,
             host=_str(message.get("host")),
             run=_str(message.get("run")),
@@ -98,7 +105,8 @@ class Heartbeat:  # pylint: disable=too-many-instance-attributes
         """This node's own part of an attempt, read as its peers' news is (for the gang's rules)."""
         return cls(rank=rank, attempt=part.attempt, outcome=part.outcome, exit_code=part.exit_code,
                    signal=part.signal, reason=part.reason, stopped_for=part.stopped_for,
-                   hardware_fault=part.hardware_fault, hung_in=hung_in)
+                   hardware_fault=part.hardware_fault, hung_in=hung_in, failed_rank=part.failed_rank,
+                   rank_exit=part.rank_exit, failed_at=part.failed_at)
 
     @classmethod
     def unheard(cls, rank: int, attempt: int) -> Heartbeat:

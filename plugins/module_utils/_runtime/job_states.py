@@ -136,6 +136,12 @@ class PartOutcome:  # pylint: disable=too-many-instance-attributes
     # The part ended for a hardware fault of this node's GPUs (an XID the GPU watch saw, gpu_watch.py): the gang does
     # not launch again on the same nodes (gang_rules.no_restart_for).
     hardware_fault: bool = False
+    # The first rank of this node that failed on its own in the attempt: its global rank (None: not known), its exit
+    # code as a shell says it (128 + a signal's number), and where it failed, from its traceback ("train.py:88";
+    # restart_policy.failed_at). The launcher's exit_code is torchrun's 1 whatever its rank's was.
+    failed_rank: int | None = None
+    rank_exit: int | None = None
+    failed_at: str | None = None
 
     def stopped(self, stop: StopReason, **changes: object) -> PartOutcome:
         """The same part, ended by the stop (its outcome, reason and the node stopped for)."""

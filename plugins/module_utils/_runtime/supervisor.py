@@ -38,7 +38,7 @@ import sys
 import time
 
 # The job's vocabulary, processes and gang, shipped together with this file (supervisor_bundle.shipped_source).
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import Attempt, FirstFailure, await_peers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import set_aside
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.free_ports import pick_ports_main
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode, lost_at
@@ -50,12 +50,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_sile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, parse_restart_on
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, replace_nodes, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import clear_notice, write_notice
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
-    attempt_verdict, describe, failure_reason, hang_reason, lost_reason, peer_done, rank_failure_news, restart_decision,
-    stacks_read)
+    describe, failure_reason, hang_reason, lost_reason, rank_failure_news, restart_decision, stacks_read)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch, proc_start_ticks, read_json, run_token, signal_name, wait_status_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
@@ -89,6 +89,7 @@ class Supervisor:
         self.max_restarts = min(int(spec.get("max_restarts") or 0), len(self.ports) - 1)
         self.min_progress_s = float(spec.get("min_progress_s", Defaults.MIN_PROGRESS_S))
         self.restart_reason, self.last_failure = "", None  # why this attempt is a restart; the last failure's mark
+        self.restart_on, self.restarts_used = parse_restart_on(spec.get("restart_on") or DEFAULT_RESTART_ON), 0
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.stop_stacks = False  # whether the stop request asks for every rank's stack first
@@ -109,6 +110,7 @@ class Supervisor:
         self.state_file = StateFile(job_dir, self.run_id)  # the one writer of state.json and exit_code
         self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
         self.ranks = RankWatch(self.token, self._rank_ended)  # the run's ranks, and when the first ended
+        self.first_failure = FirstFailure(os.path.join(job_dir, LOG_FILE), str(spec.get("launcher") or "torchrun"))
         # The node's GPUs (gpu_watch.py): sampled into gpus.csv; a new hardware XID fails this node's part at once.
         nodes = (spec.get("nodes") or []) + (spec.get("spares") or [])  # a spare's node_rank is past the nodes'
         self.node_rank = rank = int(spec.get("node_rank") or 0)
@@ -151,7 +153,7 @@ class Supervisor:
             key = handle.read().strip()
         self.gang = Gang(self.spec, key)
 
-    def _beat(self, phase: HeartbeatPhase, final: bool = False, force: bool = False) -> None:
+    def beat(self, phase: HeartbeatPhase, final: bool = False, force: bool = False) -> None:
         """Send this node's heartbeat when one is due (or now, with force)."""
         if not force and time.monotonic() < self.next_beat:
             return
@@ -168,7 +170,7 @@ class Supervisor:
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
         """One turn of the loop: heartbeat, hear the others, note exits of the run's processes and new output."""
-        self._beat(phase)
+        self.beat(phase)
         self.gang.receive(timeout_s, extra=self.ranks.fds(), on_extra=self.ranks.exited)
         self.rank_output.follow()
         self.silence.follow()
@@ -184,7 +186,7 @@ class Supervisor:
                 self.gpu_failure = StopReason(JobState.FAILED, fault[0], None)
                 self.telling = Heartbeat(outcome=JobState.FAILED, reason=fault[0], hardware_fault=True)
                 self.save(gpu_fault=fault[0], gpu_fault_at=round(fault[1], 3))
-                self._beat(HeartbeatPhase.RUNNING, force=True)
+                self.beat(HeartbeatPhase.RUNNING, force=True)
             return self.gpu_failure
         return self._gang_stop_reason()
 
@@ -193,9 +195,11 @@ class Supervisor:
         self.events.rank_ended(pid, rank, local_rank, "" if status is None else wait_status_said(status))
         news = rank_failure_news(rank, pid, status, self.stopping or self.stop_reason is not None,
                                  str(self.spec.get("launcher") or "torchrun"))
+        if news is not None:
+            self.first_failure.rank_failed(rank, status)
         if news is not None and self.telling is None and self.gang.peers():
             self.telling = news
-            self._beat(HeartbeatPhase.RUNNING, force=True)
+            self.beat(HeartbeatPhase.RUNNING, force=True)
 
     def begin_stop(self, stop: StopReason) -> None:
         self.stopping = True
@@ -214,14 +218,14 @@ class Supervisor:
         """Every rank's stack into stacks.txt and state.json (rank_stacks.py), the others told to take theirs; the
         ranks stop once every peer has: stopped earlier, they would fail the others' ranks in their collective first."""
         self.telling = self.telling or Heartbeat(outcome=stop.outcome, reason=stop.reason, stacks_wanted=True)
-        self._beat(HeartbeatPhase.RUNNING, force=True)
+        self.beat(HeartbeatPhase.RUNNING, force=True)
         self.ranks.scan(now_please=True)  # a rank started since the last scan is read too
         stacks = StackDump(self.job_dir, self.host, str(self.spec.get("python") or "python3"), self.ranks.rank_of_pid
                            ).taken(lambda: self.tick(HeartbeatPhase.RUNNING, 0.05))
         self.save(stacks=stacks)
         self.log(stacks_said(stacks))
         self.stacks_taken = True
-        self._beat(HeartbeatPhase.RUNNING, force=True)
+        self.beat(HeartbeatPhase.RUNNING, force=True)
         deadline = time.monotonic() + DUMP_TIMEOUT_S + 3 * self.gang.heartbeat_s
         while time.monotonic() < deadline and not stacks_read(self.gang, self.attempt):
             self.tick(HeartbeatPhase.RUNNING, 0.05)
@@ -250,66 +254,43 @@ class Supervisor:
         if said:
             self.log(said)
         self.attempt_started = self.silence.begin_attempt()
+        self.first_failure.begin()
         self.ranks.begin(self.attempt_started)
 
     def _follower(self) -> bool:
         """Whether node 0's single entry command (mpirun, horovodrun) starts this node's ranks."""
         return self.spec.get("launcher") in SINGLE_ENTRY and int(self.spec["node_rank"]) != 0 and bool(self.gang.peers())
 
-    def _await_peers(self) -> tuple[str, list[Heartbeat]]:
-        """Wait until every peer's part of this attempt has ended, and say how the attempt ended for the gang,
-        with every node's part as heard.
-
-        'succeeded' (every part succeeded), 'failed' (a part failed or the job hung: a restart may help), 'stopped'
-        (stopped by a user: no restart) or 'lost' (a node stopped answering: no restart either).
-        """
-        parts = [Heartbeat.of_part(self.ended, self.node_rank, hung_in(self.state.get("stacks")))]
-        if self.gang.peers():
-            self._beat(HeartbeatPhase.ENDED, force=True)
-            # Waiting for the others only matters when the gang may launch again together; a part that failed
-            # with no restart left (or was stopped) has told the others, and this node is done.
-            final = self.ended.outcome != JobState.SUCCEEDED and (not self._may_restart() or self.ended.hardware_fault)
-            if not final:
-                self.save(phase="this node's part has ended; waiting for the other nodes")
-            while self.stop_reason is None and not final:
-                pending = [rank for rank in self.gang.peers()
-                           if not peer_done(self.gang.news.get(rank), self.attempt)]
-                if not pending:
-                    break
-                lost = [rank for rank in pending if rank in self.gang.lost()]
-                if lost:
-                    self.save(peers_lost=lost_at(self.gang, lost, self.state.get("peers_lost")))
-                    return JobState.LOST, parts
-                self.tick(HeartbeatPhase.ENDED)
-            for rank in self.gang.peers():
-                # Its news of this attempt, though it may have moved on to the next one already (its latest news is
-                # then of that one); a part this node never heard of counts as failed.
-                news = self.gang.news_of(rank, self.attempt)
-                parts.append(news if news else Heartbeat.unheard(rank, self.attempt))
-        return attempt_verdict(parts, self.stop_reason is not None), parts
-
-    def _may_restart(self) -> bool:
-        return self.attempt <= self.max_restarts and self.stop_reason is None
+    def may_restart(self) -> bool:
+        return self.restarts_used < self.max_restarts and self.stop_reason is None
 
     def _restart(self, gang: str, parts: list[Heartbeat]) -> bool:
         """Whether the gang launches again, and why (gang_rules.restart_decision); a restart refused (a hardware
         fault; the same failure again soon after a restart) is said in the log and state.json."""
-        if gang not in (JobState.FAILED, JobState.LOST) or not self._may_restart():
+        if gang not in (JobState.FAILED, JobState.LOST) or not self.may_restart():
             return False
         decision = restart_decision(parts, lambda rank: self.host if rank == self.node_rank else self.gang.host(rank),
                                     self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s,
                                     self.state.get("peers_lost") if gang == JobState.LOST else None,
-                                    spare_view(self.gang, self.attempt))
+                                    spare_view(self.gang, self.attempt), self.restart_on)
         self.last_failure, self.restart_reason = decision.signature, decision.reason
         if decision.refused:
             self.log(decision.refused)
             self.save(no_restart=decision.refused)
             return False
         self.log("restarting after: %s" % decision.reason)
+        self.restarts_used += 1
         self.save(restarts=self.state.get("restarts", []) + [decision.reason])
         if decision.replaced:
             replace_nodes(self, decision.replaced, decision.reason, parts)
         return True
+
+    def _progress(self, ran_s: float) -> None:
+        """An attempt that ran min_progress_s gives the restart budget back: max_restarts counts faults close together."""
+        if self.restarts_used and self.min_progress_s and ran_s >= self.min_progress_s:
+            self.log("attempt %d ran %.0f s (min_progress_s=%g): the restart budget is given back (max_restarts=%d "
+                     "again)" % (self.attempt, ran_s, self.min_progress_s, self.max_restarts))
+            self.restarts_used = 0
 
     def _take_place(self, placement: Placement) -> None:
         """This spare becomes the node rank the members placed it at, from their attempt on (spares.stand_by)."""
@@ -341,17 +322,18 @@ class Supervisor:
             self._take_place(placement)
         self.log(self.gpu_watch.start())
         while True:
-            port = self.ports[self.attempt - 1]
-            self.log("attempt %d of %d, master port %d" % (self.attempt, self.max_restarts + 1, port))
+            port = self.ports[(self.attempt - 1) % len(self.ports)]  # again from the first, after progress
+            self.log("attempt %d of %d, master port %d" % (self.attempt, self.attempt + self.max_restarts - self.restarts_used, port))
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
             self.rank_output.follow(final=True)
-            if self.gpu_failure is not None:
-                self.ended = dataclasses.replace(self.ended, hardware_fault=True)
+            self.ended = dataclasses.replace(self.ended, hardware_fault=self.gpu_failure is not None,
+                                             **self.first_failure.of_attempt(self.ended.outcome))
+            self._progress(time.monotonic() - self.attempt_started)
             self.state["attempts"].append(self.ended.as_dict())
             own = Heartbeat.of_part(self.ended, self.node_rank, None)
             self.events.add("this node's part ended: %s" % describe(self.host, self.node_rank, own))
-            gang, parts = self._await_peers()
+            gang, parts = await_peers(self)
             if not self._restart(gang, parts):
                 break
             self.attempt += 1
@@ -379,7 +361,7 @@ class Supervisor:
         if self.gang.peers():
             # Say it a few times, a moment apart, so that one lost datagram does not leave a peer waiting.
             for _beat in range(3):
-                self._beat(HeartbeatPhase.ENDED, final=True, force=True)
+                self.beat(HeartbeatPhase.ENDED, final=True, force=True)
                 time.sleep(FAREWELL_GAP_S)
         self.gang.close()
         return int(ended.exit_code)

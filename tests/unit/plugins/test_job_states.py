@@ -122,7 +122,8 @@ def test_a_parts_outcome_is_typed_and_reads_back_as_state_json_keeps_it():
     # The keys state.json's "attempts", the report and the gang's news read, the state as its word.
     assert stored == {"outcome": "failed", "exit_code": 7, "attempt": 2, "master_port": 29501, "ended_at": 10.5,
                       "first_exit_at": 9.0, "signal": None, "reason": None, STOPPED_FOR: None,
-                      "rank_ended_first": False, "hardware_fault": False}
+                      "rank_ended_first": False, "hardware_fault": False, "failed_rank": None, "rank_exit": None,
+                      "failed_at": None}
     # A stop keeps what the attempt was and says why, and for which node.
     stopped = ended.stopped(StopReason(JobState.STOPPED, "node1 failed", "node1"), exit_code=1)
     assert (stopped.outcome, stopped.reason, stopped.stopped_for, stopped.exit_code, stopped.attempt) == (

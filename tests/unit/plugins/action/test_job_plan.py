@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.gpufleet.cluster.plugins.action.job_plan import (INLINE_SCRIPT_MAX_BYTES, master_probe, port_check,
-                                                                  script_layout)
+                                                                  script_layout, supervision_plan)
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control.plan import PlanError
 
 
@@ -85,3 +85,22 @@ def test_a_port_check_value_it_does_not_know_is_refused_naming_it(mode, ttl, nee
     with pytest.raises(PlanError) as raised:
         port_check(mode, ttl)
     assert needle in str(raised.value)
+
+
+def test_restart_on_is_planned_as_words_every_cause_when_unset():
+    assert supervision_plan({})["restart_on"] == ["node_lost", "hang", "hardware_fault", "rank_exit"]
+    assert supervision_plan({"restart_on": "hang,137"})["restart_on"] == ["hang", "137"]  # -e restart_on=hang,137
+    assert supervision_plan({"restart_on": ["node_lost", 75]})["restart_on"] == ["node_lost", "75"]
+
+
+@pytest.mark.parametrize("restart_on, needle", [
+    ("hang,segfault", "restart_on: 'segfault' is neither a cause (node_lost, hang, hardware_fault, rank_exit) nor an "
+                      "exit code from 1 to 255"),
+    ([300], "restart_on: 300 is neither a cause"),
+    (["0"], "restart_on: '0' is neither a cause"),
+    ([], "restart_on: must be a list of causes"),
+])
+def test_a_restart_cause_or_exit_code_it_does_not_know_is_refused_before_launch(restart_on, needle):
+    with pytest.raises(PlanError) as raised:
+        supervision_plan({"restart_on": restart_on})
+    assert str(raised.value).startswith(needle), str(raised.value)

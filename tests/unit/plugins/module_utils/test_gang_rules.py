@@ -256,3 +256,62 @@ def test_a_peers_part_of_an_attempt_is_kept_after_it_moved_on_to_the_next():
         assert LoneNode().news_of(0, 1) is None
     finally:
         gang.close()
+
+
+# Node 1's rank 5 raised at train.py:88 and exited 1 (torchrun, its launcher, exited 1 too).
+RAISED = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"},
+          {"rank": 1, "outcome": "failed", "exit_code": 1, "failed_rank": 5, "rank_exit": 1, "failed_at": "train.py:88"},
+          {"rank": 2, "outcome": "stopped", "stopped_for": "node1"}]
+
+
+@pytest.mark.parametrize("parts, lost, cause", [
+    (RANK_FAILED, None, ("rank_exit", 7)),  # the launcher's code where the rank's was not read
+    (RAISED, None, ("rank_exit", 1)),
+    ([dict(RAISED[1], rank_exit=137)], None, ("rank_exit", 137)),  # the rank's own, not torchrun's 1
+    (HUNG, None, ("hang", None)),
+    (RANK_FAILED, {"node2": 100.0}, ("node_lost", None)),
+    ([{"rank": 0, "outcome": "failed", "hardware_fault": True, "reason": "XID 79"}], None, ("hardware_fault", None)),
+])
+def test_a_failed_attempt_is_put_down_to_one_cause(parts, lost, cause):
+    assert gang_rules.failure_cause(beats(parts), lost) == cause
+
+
+@pytest.mark.parametrize("restart_on, refused", [
+    (("hang", "node_lost"), "not restarting: a rank's failure (exit code 1) is not among the causes this job "
+                            "restarts on (restart_on: hang, node_lost)"),
+    (("1",), None),
+    (("137",), "not restarting: a rank's failure (exit code 1) is not among"),
+])
+def test_a_rank_failure_restarts_only_when_restart_on_names_it_or_its_exit_code(restart_on, refused):
+    decision = restart_decision(RAISED, HOSTS.__getitem__, None, 5.0, 300, restart_on=restart_on)
+    assert (decision.refused or "").startswith(refused or "") and bool(decision.refused) == bool(refused), decision
+
+
+def test_a_hang_or_a_lost_node_restarts_only_when_restart_on_names_it():
+    assert restart_decision(HUNG, HOSTS.__getitem__, None, 20.0, 300, restart_on=("rank_exit",)).refused == (
+        "not restarting: a hang is not among the causes this job restarts on (restart_on: rank_exit)")
+    spares = gang_rules.SpareView(HOSTS, ("spare0",), 0)
+    lost = restart_decision(RANK_FAILED, HOSTS.__getitem__, None, 5.0, 300, {"node2": 1.0}, spares,
+                            restart_on=("hang",))
+    assert lost.refused.startswith("not restarting: a node lost is not among") and lost.replaced == {}
+    kept = restart_decision(RANK_FAILED, HOSTS.__getitem__, None, 5.0, 300, {"node2": 1.0}, spares)
+    assert kept.refused is None and kept.replaced == {2: "spare0"}  # the default names node_lost
+
+
+def test_a_rank_failing_twice_at_the_same_place_is_the_scripts_own_failure_however_long_it_ran():
+    first = restart_decision(RAISED, HOSTS.__getitem__, None, 5.0, 300)
+    assert first.refused is None
+    said = ("not restarting: rank 5 (node1) failed twice in a row in train.py:88 with exit code 1: the script's own "
+            "failure, which a restart would meet again")
+    assert restart_decision(RAISED, HOSTS.__getitem__, first.signature, 5.0, 300).refused == said
+    assert restart_decision(RAISED, HOSTS.__getitem__, first.signature, 86400.0, 300).refused == said
+    assert restart_decision(RAISED, HOSTS.__getitem__, first.signature, 86400.0, 0).refused == said
+    # Another place, another exit code, or no traceback: not the same failure at the same place.
+    for change in ({"failed_at": "train.py:90"}, {"rank_exit": 137}):
+        other = [dict(part, **change) if part["rank"] == 1 else part for part in RAISED]
+        assert restart_decision(other, HOSTS.__getitem__, first.signature, 400.0, 300).refused is None
+    without = [dict(part, failed_at=None) if part["rank"] == 1 else part for part in RAISED]
+    earlier = restart_decision(without, HOSTS.__getitem__, None, 5.0, 300).signature
+    assert restart_decision(without, HOSTS.__getitem__, earlier, 400.0, 300).refused is None  # ran past min_progress_s
+    assert restart_decision(without, HOSTS.__getitem__, earlier, 40.0, 300).refused.startswith(
+        "not restarting: the same failure twice within 300 s")  # today's guard, where no place is known

@@ -123,6 +123,8 @@ def test_grouped_options_reach_their_jobspec_fields():
     ({"supervision": {"max_restarts": 2, "restart_ports": [29501]}},
      "supervision.max_restarts: 2 needs as many supervision.restart_ports, got 1"),
     ({"supervision": {"hang_timeout_s": -1}}, "supervision.hang_timeout_s: must be 0 (off)"),
+    ({"supervision": {"restart_on": ["hang", "oom"]}}, "supervision.restart_on: 'oom' is neither a cause"),
+    ({"supervision": {"restart_on": ["256"]}}, "supervision.restart_on: '256' is neither a cause"),
     ({"gang": {"nodes": [["a", "192.0.2.10"]], "key": "k"}}, "gang.nodes: must list all 2 nodes"),
     ({"gang": {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k", "slots": [8]}},
      "gang.slots: must give the ranks of each of the 2 nodes, got 1"),

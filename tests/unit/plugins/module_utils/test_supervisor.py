@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, HeartbeatPhase, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt import FirstFailure
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.supervisor import Supervisor
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._postmortem.report import failure_message
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
@@ -578,6 +579,9 @@ def test_a_rank_that_fails_is_told_to_the_other_nodes_before_its_launcher_ends(g
     # The word came before n1's launcher had ended its part (3 s after it noticed).
     assert ended[0]["stop_requested_at"] < ended[1]["ended_at"] - 2, (ended[0], ended[1])
     assert "rank 1 (local rank 0, pid %d) ended with SIGKILL" % pid in [what for _at, what in ended[1]["events"]]
+    # The part's outcome carries the rank's own end (the launcher's exit code is 1): 128 + SIGKILL, no traceback.
+    part = ended[1]["attempts"][0]
+    assert (part["exit_code"], part["failed_rank"], part["rank_exit"], part["failed_at"]) == (1, 1, 137, None), part
 
 
 def test_a_rank_that_ends_well_before_the_others_is_not_told_as_a_failure(gang, tmp_path):
@@ -619,10 +623,72 @@ def test_a_rank_ended_by_a_stop_is_the_stop_not_a_failure(gang, tmp_path):
 def test_only_a_rank_failing_on_its_own_is_told_to_the_other_nodes(status, stopping, stop_reason, launcher, told):
     beats = []
     node = types.SimpleNamespace(events=Events({}), stopping=stopping, stop_reason=stop_reason, telling=None,
-                                 spec={"launcher": launcher},
+                                 spec={"launcher": launcher}, first_failure=FirstFailure("/nonexistent", launcher),
                                  gang=types.SimpleNamespace(peers=lambda: [1]),
-                                 _beat=lambda phase, force=False: beats.append((phase, force)))
+                                 beat=lambda phase, force=False: beats.append((phase, force)))
     Supervisor._rank_ended(node, 41, 3, 0, status)
     assert (node.telling.reason if node.telling else None) == told
     assert beats == ([(HeartbeatPhase.RUNNING, True)] if told else [])
     assert node.telling is None or node.telling.outcome == JobState.FAILED
+    # The same failure is the attempt's first failed rank, for the restart decision (restart_on, the same place)
+    assert (node.first_failure.rank, node.first_failure.status) == ((3, status) if told else (None, None))
+
+
+# A script whose rank 1 raises at the same line in every attempt (train.py:5), the others training on.
+SAME_PLACE = ("import os, sys, time\n"
+              "print('attempt', os.environ['GPUFLEET_ATTEMPT'], flush=True)\n"
+              "time.sleep(0.5)\n"
+              "if os.environ['RANK'] == '1':\n"
+              "    raise ValueError('loss is NaN')\n"
+              "time.sleep(1000)\n")
+
+
+def test_a_rank_failing_twice_at_the_same_place_is_not_restarted_a_third_time(gang, tmp_path):
+    """max_restarts=3 and min_progress_s=0 (the time guard off): rank 1 raises at train.py:5 in attempt 1 and again
+    in attempt 2; the third attempt is not launched, and both nodes say why (restart_policy.failed_at,
+    gang_rules.repeated_failure)."""
+    (tmp_path / "train.py").write_text(SAME_PLACE)
+    body = 'RANK=$NODE_RANK LOCAL_RANK=0 exec %s %s\n' % (sys.executable, tmp_path / "train.py")
+    g = gang([body, body], max_restarts=3, min_progress_s=0, restart_ports=tuple(free_udp_port() for _ in range(3)))
+    ended = wait_for(g.ended, timeout=60)
+    said = ("not restarting: rank 1 (n1) failed twice in a row in train.py:5 with exit code 1: the script's own "
+            "failure, which a restart would meet again")
+    for state in ended:
+        assert [a["attempt"] for a in state["attempts"]] == [1, 2] and state["no_restart"] == said, state
+    # The rank is the launch script's own process here, reaped as the launcher: its rank comes from its traceback's
+    # tag, its exit code from the part's (rank_exit is what the supervisor read of the rank itself: nothing).
+    assert [(a["failed_rank"], a["rank_exit"], a["failed_at"]) for a in ended[1]["attempts"]] == [(1, None, "train.py:5")] * 2
+    assert ended[1]["state"] == "failed" and ended[0]["state"] == "stopped", ended
+    assert "[gpufleet] %s" % said in open(ended[1]["log_path"]).read()
+    wait_for(lambda: not g.processes())
+
+
+@pytest.mark.parametrize("restart_on, attempts", [(("hang",), [1]), (("7",), [1, 2]), (("rank_exit",), [1, 2])])
+def test_restart_on_decides_whether_a_ranks_failure_restarts_the_gang(gang, restart_on, attempts):
+    g = gang([RESTARTABLE, RESTARTABLE], max_restarts=1, restart_ports=(free_udp_port(),), restart_on=restart_on)
+    ended = wait_for(g.ended, timeout=30)
+    for state in ended:
+        assert [a["attempt"] for a in state["attempts"]] == attempts, state
+        if attempts == [1]:
+            assert state["no_restart"] == ("not restarting: a rank's failure (exit code 7) is not among the causes "
+                                           "this job restarts on (restart_on: hang)"), state
+    assert [s["state"] for s in ended] == (["stopped", "failed"] if attempts == [1] else ["succeeded"] * 2), ended
+
+
+def test_an_attempt_that_ran_min_progress_s_gives_the_restart_budget_back(gang):
+    """max_restarts=1, min_progress_s=1: node 1 fails 2.5 s into each of attempts 1 to 3; each failed attempt had
+    run past min_progress_s, so the one restart is given back each time, and attempt 4 succeeds. The relaunch
+    ports are used again from the first."""
+    body = ('echo "attempt $GPUFLEET_ATTEMPT port $GPUFLEET_MASTER_PORT"\n'
+            'if [ "$GPUFLEET_ATTEMPT" -lt 4 ] && [ "$NODE_RANK" = 1 ]; then sleep 2.5; exit 7; fi\n'
+            'if [ "$GPUFLEET_ATTEMPT" -lt 4 ]; then exec sleep 1000; fi\n'
+            "sleep 0.5; echo done\n")
+    g = gang([body, body], max_restarts=1, min_progress_s=1, restart_ports=(free_udp_port(),))
+    ended = wait_for(g.ended, timeout=60)
+    for state in ended:
+        assert state["state"] == "succeeded" and [a["attempt"] for a in state["attempts"]] == [1, 2, 3, 4], state
+        ports = [a["master_port"] for a in state["attempts"]]
+        assert ports[0] == ports[2] != ports[1] == ports[3], ports
+        log = open(state["log_path"]).read()
+        assert log.count("the restart budget is given back (max_restarts=1 again)") == 2, log  # after attempts 2, 3
+        assert "[gpufleet] attempt 4 of 4, master port" in log
