@@ -191,7 +191,13 @@ def test_node_guards_fail_in_preflight_naming_node_and_variable(cluster, provisi
     assert variable in text
     assert all(counts["changed"] == 0 for counts in run.recap().values())
     assert {node: packages(cluster, node) for node in cluster.nodes} == before
-    # A Hopper GPU with the open modules passes these guards (the container guard is overridden for test nodes).
+
+
+def test_a_hopper_gpu_with_the_open_modules_passes_the_node_guards(cluster, provisioned):
+    """The other side of the guards above (the container guard is overridden for test nodes); one run, not one per
+    refused case."""
+    assert provisioned["converge"].rc == 0
+    cluster.node_exec("node0", "sh", "-c", FAKE_SYS, check=True)
     passing = cluster.playbook("provision.yml", "--tags", "nvidia_driver", "--check", "-e",
                                json.dumps({"nvidia_driver_sys_root": "/fake-sys/hopper"})).out
     block = passing.split("Refuse the open kernel modules for GPUs older than Turing]", 1)[1].split("TASK [", 1)[0]
