@@ -11,6 +11,8 @@ Layout of ``<jobs_dir>/<job>/`` (owner-only):
 - ``hostfile`` and ``ranks.json``: the job's MPI/DeepSpeed hostfile and rank manifest (launchers.py);
 - ``supervisor.py`` and ``supervisor.log``: the supervisor and its own messages;
 - ``launcher_entry.py``: torchrun's entry point (module_utils/_runtime/launcher_entry.py);
+- ``stack_hook/sitecustomize.py``: each rank's own stack dump on a signal (module_utils/_runtime/stack_hook.py), and
+  ``rank_stacks/``, where the ranks write it;
 - ``job.log``: the training output of this node; an earlier run's log is kept
   as ``job.<run_id>.log`` when the job is launched again;
 - ``state.json`` and ``exit_code``: written by the supervisor (under Slurm, ``queued`` by the launch first);
@@ -54,7 +56,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec imp
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import DUMP_TIMEOUT_S
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.runtimes import runtime_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import TASK_FILES, scheduler_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.supervisor_bundle import entry_source
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import HOOK_DIR, HOOK_FILE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.supervisor_bundle import entry_source, hook_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile, clear_run
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import write_notice
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
@@ -165,6 +168,7 @@ def rendered_files(path: str, spec: JobSpec) -> dict[str, str]:
         launchers.HOSTFILE: launchers.hostfile_text(spec),
         launchers.MANIFEST: launchers.manifest_text(spec),
         launchers.LAUNCHER_ENTRY: entry_source(),
+        HOOK_FILE: hook_source(),
     }
     # The interpreter running this module runs the supervisor, whoever starts it.
     files.update(scheduler_of(spec.scheduler).task_files(path, spec.as_dict(), sys.executable))
@@ -251,7 +255,8 @@ def _write_folder(path: str, spec: JobSpec, run_id: str, files: dict[str, str], 
         _write_script(spec, script_content)
     clear_run(path)
     write_atomic(os.path.join(path, SUPERVISOR_FILE), supervisor_source, 0o600)
-    for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST, launchers.LAUNCHER_ENTRY):
+    os.makedirs(os.path.join(path, HOOK_DIR), mode=0o700, exist_ok=True)
+    for name in (ENV_FILE, launchers.HOSTFILE, launchers.MANIFEST, launchers.LAUNCHER_ENTRY, HOOK_FILE):
         write_atomic(os.path.join(path, name), files[name], 0o600)
     for name in TASK_FILES:  # what the scheduler runs; a previous launch's under another scheduler goes
         task_path = os.path.join(path, name)

@@ -30,6 +30,8 @@ import shlex
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import FLIGHT_RECORDER_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import HOOK_DIR, STACK_DIR
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stack_hook import STACK_DIR_VAR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
@@ -262,11 +264,15 @@ TORCHRUN_LINE_PREFIX = "[rank${rank}|${local_rank}]: "
 
 
 def torch_prelude(launcher: str, job_dir: str) -> str:
-    """Shell lines that set the flight recorder's variables and torchrun's line tags, each unless already set."""
+    """Shell lines that set the flight recorder's variables and torchrun's line tags, each unless already set, and
+    the ranks' own stack dump (_runtime/stack_hook.py: its folder first on PYTHONPATH, where the dumps go)."""
     unset = [(name, older, value.replace("@JOB_DIR@", job_dir)) for name, older, value in FLIGHT_RECORDER]
     if launcher == "torchrun":
         unset.append(("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "", TORCHRUN_LINE_PREFIX))
-    lines = ["mkdir -p %s" % shlex.quote(os.path.join(job_dir, FLIGHT_RECORDER_DIR))]
+    stacks = shlex.quote(os.path.join(job_dir, STACK_DIR))
+    lines = ["mkdir -p %s %s" % (shlex.quote(os.path.join(job_dir, FLIGHT_RECORDER_DIR)), stacks),
+             "export %s=%s PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH}" % (
+                 STACK_DIR_VAR, stacks, shlex.quote(os.path.join(job_dir, HOOK_DIR)))]
     for name, older, value in unset:
         either = "${%s:-}${%s:-}" % (name, older) if older else "${%s:-}" % name
         lines.append('if [ -z "%s" ]; then export %s=%s; fi' % (either, name, shlex.quote(value)))

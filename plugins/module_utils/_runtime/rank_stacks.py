@@ -8,17 +8,20 @@ py-spy (python_env installs a pinned one beside the training Python) reads a run
 ``py-spy dump --nonblocking --json --pid PID``, one per rank, all at once. Non-blocking: the rank is read without
 being paused, which also reads a rank that is itself stopped (SIGSTOP; a paused read fails there), and a hung rank
 does not move while it is read. Reading another process needs the rights to trace it
-(the same user, and kernel.yama.ptrace_scope 0, or root); what could not be read is said, per rank, with py-spy's
-own words. The supervisor keeps its heartbeats going while the dumps run (StackDump.done), then writes
-``stacks.txt`` (for people) into the job folder and keeps each rank's main-thread frames in state.json, where the
-controller groups the ranks by frame (plugin_utils/_postmortem/stack_groups.py). Shipped with the supervisor; standard library
-only, Python 3.8+.
+(the same user, and kernel.yama.ptrace_scope 0, or root). Where py-spy could not read a rank (or is not on the node),
+the rank's own faulthandler is asked (stack_hook.py, registered in every rank through the launch's PYTHONPATH): the
+supervisor sends the signal the rank's dump file names, once /proc says the rank catches it, and reads the dump
+(Python frames only). What could not be read either way is said, per rank, with py-spy's own words. The supervisor
+keeps its heartbeats going while the dumps run (StackDump.taken), then writes ``stacks.txt`` (for people) into the
+job folder and keeps each rank's main-thread frames in state.json, where the controller groups the ranks by frame
+(plugin_utils/_postmortem/stack_groups.py). Shipped with the supervisor; standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -31,6 +34,61 @@ STACKS_FILE = "stacks.txt"
 DUMP_TIMEOUT_S = 10.0
 # The frames of a rank's main thread kept in state.json, innermost first.
 FRAMES_KEPT = 24
+# In the job folder: the ranks' own stack dump (stack_hook.py, as HOOK_FILE, first on the ranks' PYTHONPATH), and the
+# folder it writes each rank's dump to (<pid>.txt, its first line naming the signal that asks for it).
+HOOK_DIR = "stack_hook"
+HOOK_FILE = os.path.join(HOOK_DIR, "sitecustomize.py")
+STACK_DIR = "rank_stacks"
+# How long the ranks asked through their hook have to write their dump (faulthandler writes it at once, in C).
+HOOK_WAIT_S = 2.0
+_HOOK_HEADER = re.compile(r"^gpufleet stack hook: signal (\d+)$")
+# faulthandler's lines (CPython's Python/traceback.c): a thread's heading, then its frames, innermost first.
+_FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[[^\]]*\])? \(most recent call first\):$")
+_FH_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.+)$')
+
+
+def dump_file(job_dir: str, pid: int) -> str:
+    """A rank's dump file: named by its pid as the rank sees it (in a container's pid namespace, the last of
+    NSpid in /proc/<pid>/status)."""
+    own = pid
+    try:
+        with open("/proc/%d/status" % pid) as handle:
+            own = next((int(line.split()[-1]) for line in handle if line.startswith("NSpid:")), pid)
+    except (OSError, ValueError):
+        pass
+    return os.path.join(job_dir, STACK_DIR, "%d.txt" % own)
+
+
+def hooked_signal(job_dir: str, pid: int) -> int | None:
+    """The signal that asks the rank for its own dump, when its hook registered one (its dump file's first line)
+    and the kernel says the rank catches it (SigCgt in /proc/<pid>/status); else None: never sent blind."""
+    try:
+        with open(dump_file(job_dir, pid)) as handle:
+            header = _HOOK_HEADER.match(handle.readline().strip())
+        with open("/proc/%d/status" % pid) as handle:
+            caught = next((int(line.split()[1], 16) for line in handle if line.startswith("SigCgt:")), 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    signum = int(header.group(1)) if header else 0
+    return signum if signum and caught >> (signum - 1) & 1 else None
+
+
+def faulthandler_threads(text: str) -> list[dict]:
+    """faulthandler's dump as py-spy's JSON has it: each thread with its frames, innermost first; the main thread
+    (its outermost frame the script's <module>, else the oldest, which faulthandler lists last) first."""
+    threads: list[dict] = []
+    for line in text.splitlines():
+        heading = _FH_THREAD.match(line)
+        frame = _FH_FRAME.match(line)
+        if heading:
+            # py-spy's active/idle is not known; faulthandler's "current" thread is only the one the signal came to
+            threads.append({"os_thread_id": heading.group(2), "thread_name": "", "active": None, "frames": []})
+        elif frame and threads:
+            threads[-1]["frames"].append({"name": frame.group(3), "filename": frame.group(1),
+                                          "line": int(frame.group(2)) if frame.group(2).isdigit() else 0})
+    main = next((t for t in threads if t["frames"] and t["frames"][-1]["name"] == "<module>"),
+                threads[-1] if threads else None)
+    return [main] + [t for t in threads if t is not main] if main else []
 
 
 def py_spy_for(python: str) -> str | None:
@@ -58,9 +116,12 @@ def render_stacks(host: str, dumps: list[dict]) -> str:
         out.append("=== %s rank %s (local rank %s, pid %d) ===" % (host, dump["rank"], dump["local_rank"], dump["pid"]))
         if dump.get("error"):
             out.append("not read: %s" % dump["error"])
+        if dump.get("py_spy_error"):
+            out.append("read by the rank's own faulthandler (Python frames only); %s" % dump["py_spy_error"])
         for thread in dump.get("threads") or []:
-            out.append("Thread %s (%s)%s" % (thread.get("os_thread_id"), thread.get("thread_name") or "",
-                                             " active" if thread.get("active") else " idle"))
+            name, active = thread.get("thread_name"), thread.get("active")
+            out.append("Thread %s%s%s" % (thread.get("os_thread_id"), " (%s)" % name if name else "",
+                                          "" if active is None else " active" if active else " idle"))
             out.extend("    %s (%s:%s)" % (f.get("name"), f.get("filename"), f.get("line"))
                        for f in thread.get("frames") or [])
         out.append("")
@@ -95,6 +156,9 @@ class StackDump:
         self.ranks = dict(ranks)
         self.running: list[tuple[int, subprocess.Popen]] = []
         self.error: str | None = None
+        self.dumps: dict[int, dict] = {}  # by pid, once py-spy is done
+        self.asked: dict[int, tuple[str, int]] = {}  # the ranks asked through their hook: their dump file, its size
+        self.asked_at = 0.0
         pids = sorted(self.ranks)
         if self.py_spy is None:
             self.error = ("py-spy is not on this node (neither beside %s nor on PATH): provision.yml --tags python_env "
@@ -107,11 +171,39 @@ class StackDump:
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
 
     def taken(self, meanwhile: Callable[[], None]) -> dict:
-        """The dump's result (finish), once every py-spy has ended or at the timeout; meanwhile is called until
-        then (the supervisor's loop: its heartbeats go on)."""
+        """The dump's result (finish), once every py-spy has ended or at the timeout, and the ranks py-spy could
+        not read have written their own dump (or HOOK_WAIT_S has passed); meanwhile is called until then (the
+        supervisor's loop: its heartbeats go on)."""
         while not self.done():
             meanwhile()
+        self.ask_hooks()
+        while not self.hooks_done():
+            meanwhile()
         return self.finish()
+
+    def ask_hooks(self) -> None:
+        """py-spy's dumps collected; each rank it could not read (or every rank, without py-spy) is asked for its
+        own dump, where its hook is registered."""
+        self.dumps = {pid: self._collect(pid, proc) for pid, proc in self.running}
+        if self.py_spy is None:
+            self.dumps = {pid: {"pid": pid, "rank": rank, "local_rank": local, "error": self.error}
+                          for pid, (rank, local) in self.ranks.items()}
+        self.asked_at = time.monotonic()
+        for pid in [pid for pid, dump in self.dumps.items() if dump.get("error")]:
+            signum = hooked_signal(self.job_dir, pid)
+            path = dump_file(self.job_dir, pid)
+            try:
+                if signum:
+                    size = os.path.getsize(path)
+                    os.kill(pid, signum)
+                    self.asked[pid] = (path, size)
+            except OSError:
+                continue
+
+    def hooks_done(self) -> bool:
+        if time.monotonic() - self.asked_at > HOOK_WAIT_S:
+            return True
+        return all(faulthandler_threads(_read_from(path, size)) and _settled(path) for path, size in self.asked.values())
 
     def done(self) -> bool:
         return (all(proc.poll() is not None for _pid, proc in self.running)
@@ -120,8 +212,16 @@ class StackDump:
     def finish(self) -> dict:
         """Collect the dumps, write stacks.txt, and return what state.json keeps: the file, the error that stopped
         every dump, and each rank's main-thread frames or its error."""
-        dumps = [self._collect(pid, proc) for pid, proc in self.running]
-        dumps.sort(key=lambda d: (d["rank"] is None, d["rank"] or 0, d["pid"]))
+        for pid, (path, size) in self.asked.items():
+            threads = faulthandler_threads(_read_from(path, size))
+            if threads:
+                dump = self.dumps[pid]
+                dump.update(threads=threads, py_spy_error=dump.pop("error"))
+        dumps = sorted(self.dumps.values(), key=lambda d: (d["rank"] is None, d["rank"] or 0, d["pid"]))
+        if any(d.get("threads") for d in dumps):
+            self.error = None  # read, by py-spy or the ranks' own hook
+        elif self.py_spy is None:
+            dumps = []  # nothing read: the node's one reason says it
         if dumps:
             write_atomic(os.path.join(self.job_dir, STACKS_FILE), render_stacks(self.host, dumps))
         ranks = [{"rank": d["rank"], "local_rank": d["local_rank"], "pid": d["pid"], "error": d.get("error"),
@@ -145,3 +245,21 @@ class StackDump:
             dump["error"] = "py-spy: %s (reading another process needs the same user and kernel.yama.ptrace_scope 0, " \
                             "or root)" % said
         return dump
+
+
+def _read_from(path: str, size: int) -> str:
+    """What a rank's dump file gained past size (its dump, once asked)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(size)
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _settled(path: str) -> bool:
+    """Whether a dump file has not changed for 0.2 s (faulthandler writes a dump line by line)."""
+    try:
+        return time.time() - os.path.getmtime(path) > 0.2
+    except OSError:
+        return True

@@ -12,8 +12,9 @@ them removed, so that the node runs it with its own python3 and nothing of the c
 the later would replace the earlier. One file rather than a zipapp: a person reading a job folder finds the code
 that runs it in plain text. This module itself is not a part: it runs where the launch module runs.
 
-The runtime's other shipped file is ``launcher_entry.py`` (entry_source): run by the job's Python, not the
-supervisor's, as the launcher's entry point, it imports nothing of this folder.
+The runtime's other shipped files are ``launcher_entry.py`` (entry_source), run by the job's Python, not the
+supervisor's, as the launcher's entry point, and ``stack_hook.py`` (hook_source), each rank's own stack dump, as
+``stack_hook/sitecustomize.py``; they import nothing of this folder.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import importlib
 import inspect
 from types import ModuleType
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import launcher_entry, supervisor
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import launcher_entry, stack_hook, supervisor
 
 RUNTIME = "ansible_collections.gpufleet.cluster.plugins.module_utils._runtime"
 _OWN_PACKAGE = "ansible_collections."
@@ -79,3 +80,8 @@ def shipped_source() -> str:
 def entry_source() -> str:
     """launcher_entry.py as the job folder holds it: the module's own source, unchanged."""
     return inspect.getsource(launcher_entry)
+
+
+def hook_source() -> str:
+    """stack_hook.py as the job folder holds it (stack_hook/sitecustomize.py): the module's own source, unchanged."""
+    return inspect.getsource(stack_hook)

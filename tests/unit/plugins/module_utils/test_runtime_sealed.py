@@ -42,11 +42,12 @@ def test_the_runtime_imports_nothing_outside_itself_and_the_standard_library():
 
 
 def test_every_runtime_file_is_shipped_and_nothing_else_is():
-    """In the supervisor's one file, or as the launcher's entry point, a file of its own (which imports nothing of
-    this folder: it runs with the job's Python)."""
-    shipped = [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()] + ["launcher_entry"]
+    """In the supervisor's one file, or as the launcher's entry point or the ranks' stack hook, a file of its own
+    (which imports nothing of this folder: it runs with the job's Python)."""
+    shipped = [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()] + ["launcher_entry", "stack_hook"]
     assert sorted(shipped) == [name for name in runtime_files() if name != "supervisor_bundle"]
-    assert "launcher_entry" not in [part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()]
-    assert outside_imports(supervisor_bundle.entry_source()) == []
-    assert "module_utils._runtime" not in supervisor_bundle.entry_source()
+    assert not {"launcher_entry", "stack_hook"} & {part.__name__.rsplit(".", 1)[-1] for part in supervisor_bundle.parts()}
+    for source in (supervisor_bundle.entry_source(), supervisor_bundle.hook_source()):
+        assert outside_imports(source) == []
+        assert "module_utils._runtime" not in source
     assert all(part.__name__.startswith(RUNTIME + ".") for part in supervisor_bundle.parts())
