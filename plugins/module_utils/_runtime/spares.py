@@ -24,9 +24,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbea
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
 
 
-class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason"))):
+class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason",
+                                                     "restarts_used"), defaults=(0,))):
     """Where the members' news placed this spare: its node rank from the attempt named, the host it replaces there,
-    and why the attempt starts. stand_by returns it; the supervisor alone takes it on (Supervisor._take_place)."""
+    why the attempt starts, and how much of the restart budget the members have used (the spare decides the next
+    restart as they do). stand_by returns it; the supervisor alone takes it on (Supervisor._take_place)."""
 
     def record(self) -> dict:
         """state.json's took_place_of."""
@@ -146,4 +148,4 @@ def _place(gang: Gang, news: Heartbeat) -> Placement:
                 mine = gang.host(rank)
             gang.replace(rank, host)
     gang.rank = members.index(gang.me[0])
-    return Placement(gang.rank, news.attempt or 1, mine, news.restart_reason)
+    return Placement(gang.rank, news.attempt or 1, mine, news.restart_reason, news.restarts_used)

@@ -165,7 +165,7 @@ class Supervisor:
             part = self.telling or Heartbeat()
         self.gang.send(dataclasses.replace(
             part, attempt=self.attempt, phase=phase, final=final, silent_s=round(self.silence.seconds(), 1),
-            stacks_taken=self.stacks_taken, restart_reason=self.restart_reason,
+            stacks_taken=self.stacks_taken, restart_reason=self.restart_reason, restarts_used=self.restarts_used,
             hung_in=hung_in(self.state.get("stacks"))))
 
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None:
@@ -280,7 +280,7 @@ class Supervisor:
             return False
         self.log("restarting after: %s" % decision.reason)
         self.restarts_used += 1
-        self.save(restarts=self.state.get("restarts", []) + [decision.reason])
+        self.save(restarts=self.state.get("restarts", []) + [decision.reason], restarts_used=self.restarts_used)
         if decision.replaced:
             replace_nodes(self, decision.replaced, decision.reason, parts)
         return True
@@ -291,13 +291,16 @@ class Supervisor:
             self.log("attempt %d ran %.0f s (min_progress_s=%g): the restart budget is given back (max_restarts=%d "
                      "again)" % (self.attempt, ran_s, self.min_progress_s, self.max_restarts))
             self.restarts_used = 0
+            self.state["restarts_used"] = 0
 
     def _take_place(self, placement: Placement) -> None:
         """This spare becomes the node rank the members placed it at, from their attempt on (spares.stand_by)."""
         self.node_rank, self.attempt, self.restart_reason = placement.node_rank, placement.attempt, placement.restart_reason
+        self.restarts_used = placement.restarts_used
         self.spec["nodes"] = [list(member) for member in self.gang.nodes]
         self.log("takes node_rank %d in place of %s from attempt %d: %s" % (self.node_rank, placement.replaced, self.attempt, self.restart_reason))
-        self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members(), took_place_of=placement.record())
+        self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members(), took_place_of=placement.record(),
+                  restarts_used=self.restarts_used)
 
     # -- the whole run ------------------------------------------------------------------------------------------
 

@@ -98,6 +98,8 @@ def test_a_spare_takes_a_lost_nodes_rank_and_the_job_succeeds(with_spare):
         (1, "n1", "s0", 2, why)]
     assert spare["node_rank"] == 1 and spare["took_place_of"]["host"] == "n1" and spare["took_place_of"]["attempt"] == 2
     assert [a["attempt"] for a in spare["attempts"]] == [2]
+    # The spare has the members' count of the restart budget (their heartbeat's), not a fresh one.
+    assert node0["restarts_used"] == spare["restarts_used"] == 1, (node0, spare)
     # The spare ran node_rank 1's part of attempt 2, told why, with node 0's address and its ranks.
     said = "attempt 2 node_rank 1 master 127.0.0.1 nproc 1 after: %s" % why
     assert said in job.log(2) and "done" in job.log(2)
