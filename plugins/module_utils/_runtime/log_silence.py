@@ -14,8 +14,10 @@ import time
 
 # A rank's line as the launchers that tag them put it in the node's log: torchrun's (TORCHELASTIC_LOG_LINE_PREFIX_
 # TEMPLATE, which the launch sets) and rank_output.py's for DeepSpeed, "[rank4|0]: "; Open MPI's --tag-output,
-# "[1,4]<stdout>: " (plugin_utils/_postmortem/rank_lines.py reads the same two).
-RANK_LINE = re.compile(rb"^(?:\[rank\d+\|\d+\]: |\[\d+,\d+\]<std(?:out|err)>: )", re.M)
+# "[1,4]<stdout>: " (plugin_utils/_postmortem/rank_lines.py reads the same two). The global rank is captured (the
+# first group, or the second); RANK_LINE is the same tag over the log's bytes.
+RANK_TAG = re.compile(r"^(?:\[rank(\d+)\|\d+\]: |\[\d+,(\d+)\]<std(?:out|err)>: )")
+RANK_LINE = re.compile(RANK_TAG.pattern.encode(), re.M)
 # The launchers whose ranks' lines are tagged so. Before its ranks print, a launcher writes lines of its own: torchrun
 # a banner when it sets OMP_NUM_THREADS for more than one process per node (torch/distributed/run.py), DeepSpeed's
 # runner its INFO lines; they are not the attempt's output.

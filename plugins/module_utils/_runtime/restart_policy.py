@@ -17,6 +17,10 @@ import os
 import re
 from typing import Any, Iterable, Optional, Sequence
 
+# A rank's line in a node's log as the launchers that tag them write it, its rank captured (log_silence.py owns it);
+# lines of a launcher that tags nothing have no tag.
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_silence import RANK_TAG
+
 # Each cause, as restart_on names it, with how the decision says it.
 CAUSES = {
     "node_lost": "a node lost",
@@ -28,9 +32,6 @@ CAUSES = {
 # the same exit is still not retried: repeated_failure).
 DEFAULT_RESTART_ON = tuple(CAUSES)
 
-# A rank's line in a node's log, as the launchers that tag them write it (torchrun's [rank4|0]: , Open MPI's
-# [1,4]<stderr>: ), its rank captured; lines of a launcher that tags nothing have no tag.
-_RANK_TAG = re.compile(r"^(?:\[rank(\d+)\|\d+\]: |\[\d+,(\d+)\]<std(?:out|err)>: )")
 # torch's own tag on a rank's uncaught exception once its process group is up ("[rank1]: Traceback ..."), inside the
 # launcher's.
 _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ")
@@ -86,7 +87,7 @@ def failed_at(log_text: str, rank: Optional[int], tagged: bool) -> tuple[Optiona
     its number; when its supervisor could not tell which rank failed (its launcher reaped it first), the rank of
     the first tagged traceback (the untagged ones are the launcher's own). Else the untagged lines."""
     if tagged and rank is None:
-        first = next((tag for tag in (_RANK_TAG.match(line) for line in log_text.splitlines()
+        first = next((tag for tag in (RANK_TAG.match(line) for line in log_text.splitlines()
                                       if _TRACEBACK_START in line) if tag), None)
         if first is None:
             return None, None
@@ -110,7 +111,7 @@ def failed_at(log_text: str, rank: Optional[int], tagged: bool) -> tuple[Optiona
 
 def _rank_own_line(line: str, rank: Optional[int]) -> Optional[str]:
     """The line without its tag when it is the rank's (rank None: when it is untagged), else None."""
-    tag = _RANK_TAG.match(line)
+    tag = RANK_TAG.match(line)
     if tag is None:
         own = line if rank is None else None
     else:
