@@ -47,30 +47,25 @@ _FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[[^\]]*\])?
 _FH_FRAME = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.+)$')
 
 
-def dump_file(job_dir: str, pid: int) -> str:
-    """A rank's dump file: named by its pid as the rank sees it (in a container's pid namespace, the last of
-    NSpid in /proc/<pid>/status)."""
-    own = pid
+def hooked_signal(job_dir: str, pid: int) -> tuple[str, int | None]:
+    """A rank's dump file, named by its pid as the rank sees it (in a container's pid namespace, the last of NSpid),
+    and the signal that asks for its dump: the one its hook registered (the file's first line), when the kernel says
+    the rank catches it (SigCgt); else None: never sent blind. One read of /proc/<pid>/status for both."""
+    status: dict[str, str] = {}
     try:
         with open("/proc/%d/status" % pid) as handle:
-            own = next((int(line.split()[-1]) for line in handle if line.startswith("NSpid:")), pid)
-    except (OSError, ValueError):
+            status = dict(line.split(":", 1) for line in handle if ":" in line)
+    except OSError:
         pass
-    return os.path.join(job_dir, STACK_DIR, "%d.txt" % own)
-
-
-def hooked_signal(job_dir: str, pid: int) -> int | None:
-    """The signal that asks the rank for its own dump, when its hook registered one (its dump file's first line)
-    and the kernel says the rank catches it (SigCgt in /proc/<pid>/status); else None: never sent blind."""
+    path = os.path.join(job_dir, STACK_DIR, "%s.txt" % (status.get("NSpid") or str(pid)).split()[-1])
     try:
-        with open(dump_file(job_dir, pid)) as handle:
+        with open(path) as handle:
             header = _HOOK_HEADER.match(handle.readline().strip())
-        with open("/proc/%d/status" % pid) as handle:
-            caught = next((int(line.split()[1], 16) for line in handle if line.startswith("SigCgt:")), 0)
-    except (OSError, ValueError, IndexError):
-        return None
+        caught = int(status.get("SigCgt") or "0", 16)
+    except (OSError, ValueError):
+        return path, None
     signum = int(header.group(1)) if header else 0
-    return signum if signum and caught >> (signum - 1) & 1 else None
+    return path, signum if signum and caught >> (signum - 1) & 1 else None
 
 
 def faulthandler_threads(text: str) -> list[dict]:
@@ -190,15 +185,15 @@ class StackDump:
                           for pid, (rank, local) in self.ranks.items()}
         self.asked_at = time.monotonic()
         for pid in [pid for pid, dump in self.dumps.items() if dump.get("error")]:
-            signum = hooked_signal(self.job_dir, pid)
-            path = dump_file(self.job_dir, pid)
+            path, signum = hooked_signal(self.job_dir, pid)
+            if not signum:
+                continue
             try:
-                if signum:
-                    size = os.path.getsize(path)
-                    os.kill(pid, signum)
-                    self.asked[pid] = (path, size)
+                size = os.path.getsize(path)
+                os.kill(pid, signum)
             except OSError:
                 continue
+            self.asked[pid] = (path, size)
 
     def hooks_done(self) -> bool:
         if time.monotonic() - self.asked_at > HOOK_WAIT_S:
