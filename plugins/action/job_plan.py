@@ -127,9 +127,10 @@ def hang_timeout(value: Any) -> int | None:
                              % exc)
 
 
-def supervision_plan(given: dict) -> dict:
-    """The supervision settings the plan checks: the hang watchdog's seconds, the stop's grace period, and the
-    causes a failed attempt is restarted on."""
+def supervision_plan(given: dict, nnodes: int = 1, launcher: str = "torchrun", scheduler: str = "ssh") -> dict:
+    """The supervision settings the plan checks: the hang watchdog's seconds, the stop's grace period, the causes a
+    failed attempt is restarted on, and the fewest nodes the job goes on with (for nnodes nodes under launcher and
+    scheduler)."""
     try:
         restart_on = list(parse_restart_on(DEFAULT_RESTART_ON if given.get("restart_on") is None
                                            else given["restart_on"]))
@@ -137,7 +138,8 @@ def supervision_plan(given: dict) -> dict:
         raise plan.PlanError(str(exc)) from exc
     return {"hang_timeout": hang_timeout(given.get("hang_timeout")),
             "grace_s": plan.parse_seconds(given.get("stop_grace_s"), "stop_grace_s", Defaults.GRACE_S, maximum=3600.0),
-            "restart_on": restart_on}
+            "restart_on": restart_on,
+            "min_nodes": plan.parse_min_nodes(given.get("min_nodes"), nnodes, launcher, scheduler)}
 
 
 def _nodes(group: str, groups: dict, task_vars: dict) -> list[str]:
@@ -240,7 +242,7 @@ class ActionModule(ActionBase):
             "nproc_per_node": plan.parse_positive_int(args.get("nproc_per_node"), "nproc_per_node"),
             "script_args": plan.split_script_args(args.get("script_args")),
             "env": plan.validate_env(args.get("env")),
-            **supervision_plan(args.get("supervision") or {}),
+            **supervision_plan(args.get("supervision") or {}, len(planned), chosen_launcher, chosen_scheduler),
             "health_diag": plan.parse_health_diag(args.get("health_diag")),
             "max_restarts": max_restarts,
             "launcher": chosen_launcher,

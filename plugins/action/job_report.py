@@ -43,7 +43,8 @@ def _record_faults(logs_root: str, job: str, results: list[dict]) -> None:
     path = history.path_of(logs_root)
     try:
         faults = history.add(path, history.job_faults(job, results, report.replacements(results),
-                                                      hung=report.hang_cause(results)), history.not_yet_recorded)
+                                                      hung=report.hang_cause(results), left_out=report.left_out(results)),
+                             history.not_yet_recorded)
     except history.HistoryError as exc:
         display.warning("the job's faults were not recorded: %s" % exc)
         return
@@ -67,6 +68,7 @@ def _results(args: dict, logs_dir: str) -> list[dict]:
 
 
 SPARES = "Spares"
+FEWER = "Fewer nodes"
 EARLIER = "Kept from the attempts before a restart"
 
 
@@ -74,7 +76,8 @@ def _sections(results: list[dict], logs_dir: str) -> dict[str, str]:
     """The restarts, the spares and what earlier attempts left, each said in the terminal and kept for the page."""
     sections = {"Restarts": report.restarts_said(results),
                 EARLIER: report.earlier_attempts_said(results, logs_dir) if logs_dir else "",  # stacks and dumps
-                SPARES: report.replacements_said(results)}
+                SPARES: report.replacements_said(results),
+                FEWER: report.left_out_said(results)}
     for title, text in sections.items():
         if text:
             display.display("%s: %s" % (title, text))
@@ -133,6 +136,7 @@ class ActionModule(ActionBase):
                             % (last_from, "\n".join("  " + line for line in last)))
         result.update(changed=False, table=table.splitlines(), gpus=gpus, rank_logs=rank_logs, events_log=events_log,
                       stacks=stacks, flight_recorder=recorder, replaced=sections.get(SPARES, ""),
+                      left_out=sections.get(FEWER, ""),
                       earlier_attempts=sections.get(EARLIER, ""), last_lines=last, page=page)
         if message and args["fail_on_error"]:
             result.update(failed=True, msg=message)

@@ -182,9 +182,21 @@ options:
           - After a failure or a hang, launch the whole gang again, up to this many times in a row, on the next port
             of O(supervision.restart_ports) each time, with C(GPUFLEET_ATTEMPT) and C(GPUFLEET_RESTART_REASON) (why)
             in the ranks' environment. Not after a stop, nor for a cause O(supervision.restart_on) does not name, nor
-            for a lost node or a hardware fault of a GPU without a spare to take its place.
+            for a lost node or a hardware fault of a GPU without a spare to take its place (unless
+            O(supervision.min_nodes) lets the gang go on without it).
           - An attempt that ran O(supervision.min_progress_s) gives the budget back, so that this counts failures
             close together, not over a week; the ports are then used again from the first.
+        type: int
+        default: 0
+      min_nodes:
+        description:
+          - The fewest nodes the job goes on with. When a node is lost or its GPU faults and no spare is ready to
+            take its place, the next attempt runs on the nodes that remain, renumbered in their order, with the node
+            count, the world size and the MLP_* names of them changed to match and the hostfile rewritten, as long as
+            at least this many remain. A node left out is not taken back into the running job; the next launch uses
+            it again.
+          - V(0) (or the node count) is all of them, the job ends instead. Below the node count only with launcher
+            C(torchrun) or C(none); C(deepspeed), C(mpirun) and C(horovodrun) fix the world at the launch.
         type: int
         default: 0
       min_progress_s:

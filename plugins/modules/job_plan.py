@@ -89,6 +89,9 @@ options:
         with the notice; a number from 0 to 3600, 5 when unset.
       - C(restart_on) - the causes a failed attempt is restarted on, a list or a comma-separated string - C(node_lost),
         C(hang), C(hardware_fault), C(rank_exit), or an exit code from 1 to 255; every cause when unset.
+      - C(min_nodes) - the fewest nodes the job goes on with when a node is lost or faulted and no spare is left,
+        from 1 to the node count (all of them when unset); below it only with O(launcher) C(torchrun) or C(none) and
+        O(scheduler) C(ssh).
     type: dict
     default: {}
   health_diag:
@@ -222,6 +225,9 @@ plan:
       description: The causes a failed attempt is restarted on (C(restart_on) of O(supervision)), exit codes as words.
       type: list
       elements: str
+    min_nodes:
+      description: The fewest nodes the job goes on with (C(min_nodes) of O(supervision)); 0 for all of them.
+      type: int
     health_diag:
       description: The DCGM diagnostic level of the health gate, 0 for none.
       type: int

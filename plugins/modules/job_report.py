@@ -115,6 +115,13 @@ replaced:
   returned: always
   type: str
   sample: "node3 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node3 takes node_rank 1"
+left_out:
+  description: Which attempt ran on fewer nodes (C(min_nodes)), without which node and why;
+    empty when the gang never went on smaller.
+  returned: always
+  type: str
+  sample: "attempt 2 ran on 2 of 3 nodes, without node2 (node_rank 2), after: node2 lost; the gang goes on without
+    node2 (node_rank 2) on 2 nodes (min_nodes=2)"
 last_lines:
   description:
     - With O(logs_dir), the master rank's last lines (global rank 0's, from C(<logs_dir>/ranks/rank0.log); for a

@@ -99,6 +99,22 @@ def test_train_on_servers_gpufleet_did_not_provision(raw_cluster):
         assert 'NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=%s}"' % iface in launch
 
 
+def test_a_script_raising_at_the_same_line_twice_is_not_restarted_a_third_time(raw_cluster):
+    """Restart by cause (restart_policy.py) across real machines: global rank 1, on the second node, raises at
+    raise_at_same_line.py:11 in every attempt; with max_restarts=3 and min_progress_s=0 (the time guard off), attempt
+    2 fails at the same place and no third is launched; the summary and every node's state say why."""
+    raw = raw_cluster
+    run = raw.playbook("train.yml", "-e", "script=%s/tests/integration/scripts/raise_at_same_line.py" % REPO,
+                       "-e", "job=same-line", "-e", "max_restarts=3", "-e", "min_progress_s=0")
+    assert run.rc != 0
+    said = ("not restarting: rank 1 (%s) failed twice in a row in raise_at_same_line.py:11 with exit code 1: the "
+            "script's own failure, which a restart would meet again" % raw.nodes[1])
+    assert said in " ".join(run.out.split()), run.out[-3000:]
+    for node in raw.nodes:
+        state = json.loads(raw.host(node).file("/root/.gpufleet/jobs/same-line/state.json").content_string)
+        assert [a["attempt"] for a in state["attempts"]] == [1, 2] and state["no_restart"] == said, state
+
+
 def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):
     raw = raw_cluster
     only_nvidia = ("--skip-tags", "etc_hosts,ssh_mesh,nccl_env,mpi,python_env")

@@ -61,6 +61,9 @@ class JobSpec:
     min_progress_s: float = Defaults.MIN_PROGRESS_S
     # The causes a failed attempt is restarted on: restart_policy.CAUSES and exit codes (as words).
     restart_on: tuple[str, ...] = DEFAULT_RESTART_ON
+    # The fewest nodes the job goes on with when a node is lost or faulted and no spare is left, below the node count
+    # (0: all of them, the job ends); launchers.RESIZABLE may change size between attempts (spares.reshape).
+    min_nodes: int = 0
     # torchrun, deepspeed, mpirun, horovodrun or none (see launchers.py).
     launcher: str = "torchrun"
     # Ranks on each node, in rank order (the hostfile's slots and the rank manifest's ranges).
@@ -85,6 +88,12 @@ class JobSpec:
     container_volumes: tuple[str, ...] = ()
     container_ulimits: tuple[str, ...] = ()
     container_run_args: tuple[str, ...] = ()
+
+    @property
+    def elastic(self) -> bool:
+        """Whether an attempt's place may differ from the launch's: a spare may take a node's rank, or the gang may
+        go on without a node (min_nodes); launch.sh then takes it from the supervisor (launchers.place_prelude)."""
+        return bool(self.spares) or self.min_nodes > 0
 
     def as_dict(self) -> dict:
         data = asdict(self)

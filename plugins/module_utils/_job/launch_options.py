@@ -21,7 +21,7 @@ import os
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import RESIZABLE, SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, parse_restart_on
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import SCHEDULERS, scheduler_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import (
@@ -49,6 +49,7 @@ GROUPS: dict[str, dict] = {
         "min_progress_s": {"type": "float", "default": Defaults.MIN_PROGRESS_S},
         "restart_ports": {"type": "list", "elements": "int", "default": []},
         "restart_on": {"type": "list", "elements": "str", "default": list(DEFAULT_RESTART_ON)},
+        "min_nodes": {"type": "int", "default": 0},
     },
     "health": {
         "sample_s": {"type": "float", "default": Defaults.GPU_SAMPLE_S},
@@ -173,6 +174,12 @@ def _gang_problem(values: dict) -> str:
         return "gang.slots: must give the ranks of each of the %d nodes, got %d" % (len(nodes), len(values["slots"]))
     if values["launcher"] in SINGLE_ENTRY and values["nnodes"] > 1 and not nodes:
         return "launcher: %s needs gang.nodes, the job's nodes in rank order" % values["launcher"]
+    if not 0 <= values["min_nodes"] <= max(len(nodes), 1):
+        return "supervision.min_nodes: must be from 1 to the %d nodes (0: all of them), got %d" % (
+            max(len(nodes), 1), values["min_nodes"])
+    if 0 < values["min_nodes"] < len(nodes) and values["launcher"] not in RESIZABLE:
+        return "supervision.min_nodes: launcher %s cannot go on with fewer nodes; min_nodes works with %s" % (
+            values["launcher"], " and ".join(RESIZABLE))
     spares = values["spares"] or []
     if spares and (len(nodes) < 2 or values["launcher"] not in SPARE_LAUNCHERS or any(len(s) != 2 for s in spares)):
         return ("gang.spares: spare nodes stand in for the nodes of a %s job of two nodes or more (gang.nodes), each "
@@ -208,6 +215,8 @@ def job_spec(values: dict, gpus_found: int) -> JobSpec:
         env=tuple(sorted((str(k), str(v)) for k, v in values["env"].items())),
         nodes=tuple((str(node[0]), str(node[1])) for node in values["nodes"] or []),
         spares=tuple((str(node[0]), str(node[1])) for node in values["spares"] or []),
+        # All of the nodes is no shrink at all: the spec says so as 0 (JobSpec.elastic).
+        min_nodes=values["min_nodes"] if values["min_nodes"] < len(values["nodes"] or []) else 0,
     )
     for name, value in fields.items():
         if isinstance(value, list):

@@ -28,14 +28,13 @@ import os
 import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import FLIGHT_RECORDER_DIR
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SINGLE_ENTRY
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HOSTFILE, SINGLE_ENTRY
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import HOOK_DIR, STACK_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stack_hook import STACK_DIR_VAR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
-HOSTFILE = "hostfile"
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "ranks.json"
 # torchrun's entry point in the job folder: run as `python -m` would, without the interpreter's teardown at its end
@@ -177,8 +176,9 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
     if spec.launcher == "torchrun":
         parts = torchrun_command(spec, os.path.join(job_dir, "torchelastic"), os.path.join(job_dir, LAUNCHER_ENTRY))
         fixed = {"--master-port=%d" % spec.master_port: "--master-port=@MASTER_PORT@"}
-        if spec.spares:  # a spare may take a node's rank, node 0's address may change: the attempt says (spares.py)
-            fixed.update({"--node-rank=%d" % spec.node_rank: "--node-rank=@NODE_RANK@",
+        if spec.elastic:  # a spare may take a node's rank, the gang may shrink: the attempt says (spares.py)
+            fixed.update({"--nnodes=%d" % spec.nnodes: "--nnodes=@NNODES@",
+                          "--node-rank=%d" % spec.node_rank: "--node-rank=@NODE_RANK@",
                           "--master-addr=%s" % spec.master_addr: "--master-addr=@MASTER_ADDR@",
                           "--nproc-per-node=%d" % spec.nproc_per_node: "--nproc-per-node=@NPROC@"})
         agent = len(parts) - len(spec.script_args) - 1  # torchrun's own arguments, before the script's
@@ -215,22 +215,32 @@ PLACEHOLDERS = {
     "@NODE_RANK@": '"${GPUFLEET_NODE_RANK}"',
     "@MASTER_ADDR@": '"${GPUFLEET_MASTER_ADDR}"',
     "@NPROC@": '"${GPUFLEET_NPROC}"',
+    "@NNODES@": '"${GPUFLEET_NNODES}"',
 }
 
 
 def place_prelude(spec) -> str:
-    """With spares: shell lines that take this part's node rank, master address and ranks from the supervisor's
-    attempt (a spare takes a lost node's rank; node 0's address changes when a spare replaces it), defaulting to the
-    launch's, and export the contract's names of them over the job's environment file's."""
-    if not spec.spares:
+    """For a job whose members may change (spares, min_nodes; JobSpec.elastic): shell lines that take this part's
+    node rank, master address, ranks, node count and world size from the supervisor's attempt (spares.place_env: a
+    spare takes a lost node's rank; node 0's address changes when a spare replaces it; the gang goes on smaller),
+    defaulting to the launch's, and export the contract's names of them over the job's environment file's."""
+    if not spec.elastic:
         return ""
-    return ("# A spare may take a node's place: the supervisor gives each attempt this part's node rank, node 0's address\n"
-            "# and the ranks on this node (spares.py); run by hand, the launch's own.\n"
+    nodes = nodes_of(spec)
+    return ("# A spare may take a node's place, the gang may go on without a node: the supervisor gives each attempt\n"
+            "# this part's place (spares.py); run by hand, the launch's own.\n"
             "GPUFLEET_NODE_RANK=${GPUFLEET_NODE_RANK:-%d} GPUFLEET_MASTER_ADDR=${GPUFLEET_MASTER_ADDR:-%s} "
-            "GPUFLEET_NPROC=${GPUFLEET_NPROC:-%d}\n"
+            "GPUFLEET_NPROC=${GPUFLEET_NPROC:-%d} GPUFLEET_NNODES=${GPUFLEET_NNODES:-%d} "
+            "GPUFLEET_WORLD_SIZE=${GPUFLEET_WORLD_SIZE:-%d} GPUFLEET_MPI_HOSTS=${GPUFLEET_MPI_HOSTS:-%s} "
+            "GPUFLEET_ALL_HOSTS=${GPUFLEET_ALL_HOSTS:-%s}\n"
             "export NODE_RANK=$GPUFLEET_NODE_RANK MLP_ROLE_INDEX=$GPUFLEET_NODE_RANK MASTER_ADDR=$GPUFLEET_MASTER_ADDR "
-            "MLP_WORKER_0_HOST=$GPUFLEET_MASTER_ADDR\n"
-            % (spec.node_rank, shlex.quote(spec.master_addr), spec.nproc_per_node))
+            "MLP_WORKER_0_HOST=$GPUFLEET_MASTER_ADDR NNODES=$GPUFLEET_NNODES MLP_WORKER_NUM=$GPUFLEET_NNODES "
+            "WORLD_SIZE=$GPUFLEET_WORLD_SIZE MLP_MPI_NP=$GPUFLEET_WORLD_SIZE MLP_MPI_HOSTS=$GPUFLEET_MPI_HOSTS "
+            "MLP_WORKER_ALL_HOSTS=$GPUFLEET_ALL_HOSTS\n"
+            % (spec.node_rank, shlex.quote(spec.master_addr), spec.nproc_per_node, len(nodes),
+               sum(count for _h, _a, count in nodes),
+               shlex.quote(",".join("%s:%d" % (address, count) for _h, address, count in nodes)),
+               shlex.quote(",".join(address for _h, address, _c in nodes))))
 
 
 def render_command(parts: list[str]) -> str:

@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
     TOKEN_VAR,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import PLACE_VARS
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
 
 ENGINES = ("docker", "podman")
@@ -46,7 +47,7 @@ IN_CONTAINER_VAR = "GPUFLEET_IN_CONTAINER"
 # The only variables handed to the container, by name: the run's identity, the attempt's port and place, and where
 # the ranks hear of a stop (stop_notice.py; the job folder is mounted at its own path).
 PASSED_VARS = (RUN_ID_VAR, TOKEN_VAR, "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON",
-               "GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC", STOP_FILE_VAR, STOP_GRACE_VAR)
+               *PLACE_VARS, STOP_FILE_VAR, STOP_GRACE_VAR)
 # NVIDIA's recommended limits for deep learning containers: unlimited locked memory (RDMA registration) and a
 # 64 MiB stack.
 DEFAULT_ULIMITS = ("memlock=-1:-1", "stack=67108864:67108864")

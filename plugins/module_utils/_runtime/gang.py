@@ -91,6 +91,9 @@ class Gang:
         self.spare_heard: dict[str, float] = {}
         self.spare_news: dict[str, Heartbeat] = {}
         self.joined: dict[int, float] = {}  # when a spare took each replaced rank: its join is counted from then
+        # Whether the members may change between attempts (spares; min_nodes below the node count): the heartbeats
+        # then carry them, so that a node that decided later follows the one that decided first (spares.announced).
+        self.elastic = bool(self.spares) or bool(spec.get("min_nodes"))
         self.me = (self.nodes + self.spares)[self.rank]
         self.sock = bind_own_address(socket.SOCK_DGRAM, self.me[1], self.port)
 
@@ -106,7 +109,7 @@ class Gang:
 
     def send(self, beat: Heartbeat) -> None:
         beat = dataclasses.replace(beat, run=self.run_id, rank=self.rank, host=self.me[0], sent_at=time.time(),
-                                   members=tuple(self.members()) if self.spares else None)
+                                   members=tuple(self.members()) if self.elastic else None)
         datagram = sign(self.key, beat.to_wire())
         for address in [self.nodes[rank][1] for rank in self.peers()] + [
                 address for host, address in self.spares if host != self.me[0] and host not in self.members()]:
@@ -115,15 +118,25 @@ class Gang:
             except OSError:
                 pass  # unreachable just now: its silence is what the others will notice
 
-    def replace(self, rank: int, spare: str) -> None:
-        """The spare host takes node rank rank's place: its heartbeats are that rank's from now on, and its join
-        is counted from now (what the replaced node said is forgotten)."""
-        address = dict(self.spares)[spare]
-        self.nodes[rank] = (spare, address)
-        for known in (self.heard, self.news, self.offsets):
-            known.pop(rank, None)
-        self.attempt_news = {key: news for key, news in self.attempt_news.items() if key[0] != rank}
-        self.joined[rank] = self.clock()
+    def reshape(self, members: list[str]) -> None:
+        """The gang from the next attempt: members (hosts, in node rank order) are the nodes that stay, renumbered,
+        and spares in the places of nodes they replaced. What was heard of each staying node is kept under its new
+        rank; a newcomer's join is counted from now; a node left out is not heard any more."""
+        addresses = dict(self.nodes + self.spares)
+        old = {host: rank for rank, host in enumerate(self.members())}
+        moved = {old[host]: rank for rank, host in enumerate(members) if host in old}
+        for known in (self.heard, self.news, self.offsets, self.joined):
+            kept = {moved[rank]: value for rank, value in known.items() if rank in moved}
+            known.clear()
+            known.update(kept)
+        self.attempt_news = {(moved[rank], attempt): news for (rank, attempt), news in self.attempt_news.items()
+                             if rank in moved}
+        now = self.clock()
+        for rank, host in enumerate(members):
+            if host not in old:
+                self.joined[rank] = now
+        self.nodes = [(host, addresses[host]) for host in members]
+        self.rank = members.index(self.me[0])
 
     def ready_spares(self) -> list[str]:
         """The spares that can take a node's place now, in inventory order: heard within lost_after_s, in standby,
@@ -158,8 +171,11 @@ class Gang:
     def _take(self, beat: Heartbeat) -> None:
         """Note an authentic heartbeat of this run: a member's (by rank, from the host that holds that rank now; a
         node a spare replaced is not heard any more) or a spare's."""
-        rank, host = beat.rank, beat.host
-        if rank in self.peers() and host in (None, self.nodes[rank][0]):
+        # By host, where it says: a peer that renumbered for the next attempt before this node (reshape) is still
+        # the same peer here.
+        members = self.members()
+        rank, host = (members.index(beat.host) if beat.host in members else -1) if beat.host else beat.rank, beat.host
+        if rank in self.peers():
             self.heard[rank] = self.clock()
             self.news[rank] = beat
             self.attempt_news[(rank, beat.attempt)] = beat

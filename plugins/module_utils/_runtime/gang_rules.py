@@ -155,14 +155,17 @@ def no_restart_for(parts: list[Heartbeat]) -> str | None:
     return None
 
 
-# Why a restart happens, and when restarting is no use: the same failure again soon after a restart; and which spare
-# takes which node rank's place in it ({node_rank: spare host}).
-RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason", "signature", "replaced"),
-                                         defaults=({},))
+# Why a restart happens, and when restarting is no use: the same failure again soon after a restart; which spare
+# takes which node rank's place in it ({node_rank: spare host}), and which node ranks the gang goes on without
+# (min_nodes: the gang shrinks).
+RestartDecision = collections.namedtuple("RestartDecision", ("refused", "reason", "signature", "replaced", "dropped"),
+                                         defaults=({}, ()))
 # What a node knows of the gang's spares when it decides: the hosts of the node ranks now (rank order), the spares
-# ready to take a place (inventory order), this node's own rank, and what a peer that has already decided the next
-# attempt announced in its heartbeats: (its members, why), or None.
-SpareView = collections.namedtuple("SpareView", ("members", "ready", "rank", "announced"), defaults=(None,))
+# ready to take a place (inventory order), this node's own rank, what a peer that has already decided the next
+# attempt announced in its heartbeats: (its members, why), or None; and the fewest nodes the job may go on with
+# (min_nodes; None: all of them).
+SpareView = collections.namedtuple("SpareView", ("members", "ready", "rank", "announced", "min_nodes"),
+                                   defaults=(None, None))
 
 
 def _failed_on_its_own(parts: list[Heartbeat]) -> list[Heartbeat]:
@@ -216,36 +219,75 @@ def _cut_off(lost: list[int], view: SpareView) -> str | None:
             "the others carry on without it" % (view.members[view.rank], ", ".join(view.members[r] for r in lost)))
 
 
-def replacement(bad: list[int], view: SpareView) -> dict[int, str]:
-    """Which spare takes each bad node rank's place: the ready spares in inventory order, to the bad ranks in rank
-    order; {} when there are fewer ready spares than bad nodes (a gang is launched whole, or not at all)."""
+def placing(bad: list[int], view: SpareView) -> tuple[dict[int, str], tuple[int, ...]]:
+    """Which spare takes each bad node rank's place (the ready spares in inventory order, to the bad ranks in rank
+    order), and which bad ranks the gang goes on without when the spares run out: as many as leave min_nodes (the
+    gang shrinks); ({}, ()) when it cannot go on (a gang is launched whole, or at its min_nodes, or not at all)."""
     ranks = sorted(set(bad))
-    if len(view.ready) < len(ranks):
-        return {}
-    return dict(zip(ranks, view.ready))
+    taken = dict(zip(ranks, view.ready))
+    dropped = tuple(ranks[len(taken):])
+    if dropped and len(view.members) - len(dropped) < (view.min_nodes or len(view.members)):
+        return {}, ()
+    return taken, dropped
 
 
-def _replacing(parts: list[Heartbeat], lost: dict, view: SpareView | None) -> tuple[dict[int, str], str | None]:
-    """The spares that take the places of the lost nodes and of those with a hardware fault, or why the gang cannot
-    go on (cut off; not enough spares: None then, for the caller to say what failed)."""
+def next_members(members: Sequence[str], replaced: dict[int, str], dropped: Sequence[int]) -> list[str]:
+    """The hosts of the next attempt's node ranks: each spare at the rank it took, the ranks left out gone, the
+    others renumbered in their order (the inventory's)."""
+    return [replaced.get(rank, host) for rank, host in enumerate(members) if rank not in dropped]
+
+
+def changes(members: Sequence[str], announced: Sequence[str]) -> tuple[dict[int, str], tuple[int, ...]]:
+    """What a peer's announced members change (next_members the other way round): the spares among them take the
+    places of the missing nodes in rank order, the missing nodes past them are left out."""
+    missing = [rank for rank, host in enumerate(members) if host not in announced]
+    coming = [host for host in announced if host not in members]
+    return dict(zip(missing, coming)), tuple(missing[len(coming):])
+
+
+def _replacing(parts: list[Heartbeat], lost: dict, view: SpareView | None
+               ) -> tuple[dict[int, str], tuple[int, ...], str | None]:
+    """The spares that take the places of the lost nodes and of those with a hardware fault, the nodes the gang goes
+    on without (min_nodes), or why the gang cannot go on (cut off; not enough nodes: ({}, ()) then, for the caller
+    to say what failed)."""
     members = view.members if view else []
     lost_ranks = [members.index(host) for host in lost if host in members]
     bad = lost_ranks + [p.rank for p in parts if p.hardware_fault]
     if not bad or view is None:
-        return {}, None
+        return {}, (), None
     cut_off = _cut_off(lost_ranks, view) if lost_ranks else None
-    return ({}, cut_off) if cut_off else (replacement(bad, view), None)
+    return ({}, (), cut_off) if cut_off else (*placing(bad, view), None)
+
+
+def _left_out(view: SpareView | None, replaced: dict[int, str], dropped: Sequence[int],
+              why: str) -> RestartDecision | None:
+    """This node's own end where the gang goes on without it (a spare took its place, or it is left out)."""
+    if view is None or (view.rank not in replaced and view.rank not in dropped):
+        return None
+    instead = ("%s took this node's place" % replaced[view.rank] if view.rank in replaced
+               else "the gang goes on without this node")
+    said = "not restarting: %s (%s, node_rank %d): %s" % (instead, view.members[view.rank], view.rank, why)
+    return RestartDecision(said, why, ())
 
 
 def _follow(parts: list[Heartbeat], view: SpareView) -> RestartDecision:
     """A peer decided the next attempt first (it heard a loss sooner; view.announced): its members are taken as they
-    are, so that the gang stays one, unless they leave this node out (it was replaced, by the side that carried on)."""
+    are, so that the gang stays one, unless they leave this node out (it was replaced or left out, by the side that
+    carried on)."""
     members, why = view.announced
-    replaced = {rank: host for rank, host in enumerate(members) if host != view.members[rank]}
-    if view.rank in replaced:
-        return RestartDecision("not restarting: %s took this node's place (node_rank %d): %s"
-                               % (replaced[view.rank], view.rank, why), why, ())
-    return RestartDecision(None, why, failure_signature(parts), replaced)
+    replaced, dropped = changes(view.members, members)
+    return _left_out(view, replaced, dropped, why) or RestartDecision(None, why, failure_signature(parts), replaced,
+                                                                      dropped)
+
+
+def _going_on(replaced: dict[int, str], dropped: Sequence[int], view: SpareView | None) -> str:
+    """'spare0 takes node_rank 1; the gang goes on without node2 (node_rank 2) on 2 nodes (min_nodes=2)'."""
+    said = ["%s takes node_rank %d" % (spare, rank) for rank, spare in sorted(replaced.items())]
+    if dropped and view is not None:
+        said.append("the gang goes on without %s on %d nodes (min_nodes=%d)" % (
+            ", ".join("%s (node_rank %d)" % (view.members[rank], rank) for rank in dropped),
+            len(view.members) - len(dropped), view.min_nodes or len(view.members)))
+    return "; ".join(said)
 
 
 def restart_decision(parts: list[Heartbeat], host_of: Callable[[int], str], earlier: tuple | None, ran_s: float,
@@ -254,35 +296,48 @@ def restart_decision(parts: list[Heartbeat], host_of: Callable[[int], str], earl
     """Whether a failed attempt is launched again (restarts remaining), and with which spares: not when its cause
     is not among restart_on (failure_cause), nor when a rank failed twice in a row at the same place
     (repeated_failure); a lost node (lost: {host: when last heard}) or one with a hardware fault is replaced by a
-    ready spare at its node rank (replacement); without one, the gang is not launched again (a hardware fault would
-    meet the same GPU again); nor when it failed the same way as the attempt before within min_progress_s of its
-    start. With why it failed, for the restart's GPUFLEET_RESTART_REASON, the log and the report."""
+    ready spare at its node rank, or left out while min_nodes remain (placing); else the gang is not launched again
+    (a hardware fault would meet the same GPU again); nor when it failed the same way as the attempt before within
+    min_progress_s of its start. A node the gang goes on without ends (_left_out). With why it failed, for the
+    restart's GPUFLEET_RESTART_REASON, the log and the report."""
     if spares is not None and spares.announced:
         return _follow(parts, spares)
     refused = refused_by_policy(restart_on, *failure_cause(parts, lost)) or repeated_failure(parts, earlier, host_of)
     if refused:
         return RestartDecision(refused, refused, failure_signature(parts))
-    replaced, cut_off = _replacing(parts, lost or {}, spares)
+    replaced, dropped, cut_off = _replacing(parts, lost or {}, spares)
     if cut_off:
         return RestartDecision(cut_off, "%s lost" % ", ".join(sorted(lost or {})), ())
-    taking = "; ".join("%s takes node_rank %d" % (spare, rank) for rank, spare in sorted(replaced.items()))
+    going_on = _going_on(replaced, dropped, spares)
     if lost:
         said = ", ".join(sorted(lost))
-        if replaced:
-            return RestartDecision(None, "%s lost; %s" % (said, taking), (), replaced)
-        return RestartDecision("not restarting: %s lost, and no spare node is available to take %s place"
-                               % (said, "its" if len(lost) == 1 else "their"), "%s lost" % said, ())
+        if going_on:
+            why = "%s lost; %s" % (said, going_on)
+            return _left_out(spares, replaced, dropped, why) or RestartDecision(None, why, (), replaced, dropped)
+        return RestartDecision("not restarting: %s lost, and no spare node is available to take %s place%s"
+                               % (said, "its" if len(lost) == 1 else "their", _too_few(spares, len(lost))),
+                               "%s lost" % said, ())
     failed = _failed_on_its_own(parts)
     first = failed[0] if failed else parts[0]
     rank = max(first.rank, 0)
     reason = str(first.reason) if first.outcome == JobState.HUNG else describe(host_of(rank), rank, first)
     signature = failure_signature(parts)
-    refused = None if replaced else no_restart_for(parts)
+    refused = None if going_on else no_restart_for(parts)
     if refused is None and earlier == signature and ran_s < min_progress_s:
         refused = ("not restarting: the same failure twice within %g s of a restart (min_progress_s): %s"
                    % (min_progress_s, reason))
-    return RestartDecision(refused, "%s; %s" % (reason, taking) if replaced else reason, signature,
-                           {} if refused else replaced)
+    why = "%s; %s" % (reason, going_on) if going_on else reason
+    if refused:
+        return RestartDecision(refused, why, signature)
+    return _left_out(spares, replaced, dropped, why) or RestartDecision(None, why, signature, replaced, dropped)
+
+
+def _too_few(view: SpareView | None, bad: int) -> str:
+    """', and the 2 nodes left would be fewer than min_nodes=3', where the job may shrink at all."""
+    if view is None or view.min_nodes is None:
+        return ""
+    left = len(view.members) - bad
+    return ", and the %d node%s left would be fewer than min_nodes=%d" % (left, "" if left == 1 else "s", view.min_nodes)
 
 
 def stacks_read(gang: Gang | LoneNode, attempt: int) -> bool:

@@ -19,6 +19,9 @@ LOG_FILE = "job.log"
 EXIT_CODE_FILE = "exit_code"
 STOP_REQUEST_FILE = "stop_request"
 GANG_KEY_FILE = "gang_key"
+# The job's nodes as MPI and DeepSpeed read them: ``<address> slots=<n>`` per node, in rank order; written at the
+# launch (launchers.hostfile_text) and again by the supervisor when the members change (spares.reshape).
+HOSTFILE = "hostfile"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
 TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
 # Under Slurm: the master port and the relaunch ports, comma-separated, chosen when the allocation started.
@@ -180,6 +183,11 @@ class Defaults:
 # Launchers whose nodes a spare can stand in for: each node runs its own part, with the node rank, master address and
 # ranks per node the supervisor gives it (launch.sh's GPUFLEET_NODE_RANK, GPUFLEET_MASTER_ADDR, GPUFLEET_NPROC).
 SPARE_LAUNCHERS = ("torchrun",)
+
+# Launchers whose gang may go on with fewer nodes (min_nodes): each node's part takes its node rank, the node count
+# and the world size from the attempt (launchers.place_prelude). The others fix the world at the launch: mpirun's and
+# horovodrun's one entry command on node 0 (-np, -H), and DeepSpeed's runner, which reads it from the hostfile.
+RESIZABLE = ("torchrun", "none")
 
 # Launchers whose one command on node 0 starts every rank; the other nodes' supervisors follow it.
 SINGLE_ENTRY = ("mpirun", "horovodrun")

@@ -15,13 +15,14 @@ Shipped to the nodes as part of the supervisor; standard library only, Python 3.
 from __future__ import annotations
 
 import collections
+import os
 import time
 from typing import Protocol
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView, changes, next_members
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HeartbeatPhase, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HOSTFILE, HeartbeatPhase, JobState
 
 
 class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason",
@@ -35,9 +36,15 @@ class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "re
         return {"node_rank": self.node_rank, "host": self.replaced, "attempt": self.attempt, "why": self.restart_reason}
 
 
+# The variables launch.sh takes an attempt's place from (place_env; launchers.place_prelude), in place_env's order.
+PLACE_VARS = ("GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC", "GPUFLEET_NNODES", "GPUFLEET_WORLD_SIZE",
+              "GPUFLEET_MPI_HOSTS", "GPUFLEET_ALL_HOSTS")
+
+
 class SpareHost(Protocol):
     """What this file uses of a node's supervisor."""
 
+    job_dir: str
     spec: dict
     state: dict
     gang: Gang | LoneNode
@@ -53,11 +60,12 @@ class SpareHost(Protocol):
     def tick(self, phase: HeartbeatPhase, timeout_s: float = 0.2) -> None: ...
 
 
-def spare_view(gang: Gang | LoneNode, attempt: int) -> SpareView | None:
-    """What this node knows of the spares when it decides a restart, or None for a job without spares."""
-    if not isinstance(gang, Gang) or not gang.spares:
+def spare_view(gang: Gang | LoneNode, attempt: int, min_nodes: int | None = None) -> SpareView | None:
+    """What this node knows of the spares (and how far the gang may shrink) when it decides a restart, or None for
+    a job whose members cannot change (no spares, min_nodes all of them)."""
+    if not isinstance(gang, Gang) or not gang.elastic:
         return None
-    return SpareView(gang.members(), gang.ready_spares(), gang.rank, announced(gang, attempt))
+    return SpareView(gang.members(), gang.ready_spares(), gang.rank, announced(gang, attempt), min_nodes or None)
 
 
 def announced(gang: Gang, attempt: int) -> tuple[list[str], str] | None:
@@ -70,30 +78,69 @@ def announced(gang: Gang, attempt: int) -> tuple[list[str], str] | None:
 
 
 def place_env(node: SpareHost) -> dict[str, str]:
-    """The variables launch.sh takes this attempt's place from (launchers.place_prelude), for a job with spares: this
-    part's node rank, node 0's address and the ranks on this node."""
-    if not node.spec.get("spares"):
+    """The variables launch.sh takes this attempt's place from (launchers.place_prelude), for a job whose members may
+    change (spares, min_nodes): this part's node rank, node 0's address, the ranks on this node, the node count, the
+    world size and every node's address with its ranks."""
+    if not node.spec.get("spares") and not node.spec.get("min_nodes"):
         return {}
-    slots = list(node.spec.get("slots") or [])
-    nproc = slots[node.node_rank] if node.node_rank < len(slots) else node.spec.get("nproc_per_node")
-    return {"GPUFLEET_NODE_RANK": str(node.node_rank), "GPUFLEET_MASTER_ADDR": str(node.spec["nodes"][0][1]),
-            "GPUFLEET_NPROC": str(nproc)}
+    nodes, slots = node.spec["nodes"], _slots(node.spec)
+    place = (node.node_rank, nodes[0][1], slots[node.node_rank], len(nodes), sum(slots),
+             ",".join("%s:%d" % (address, count) for (_host, address), count in zip(nodes, slots)),
+             ",".join(address for _host, address in nodes))
+    return {name: str(value) for name, value in zip(PLACE_VARS, place)}
 
 
-def replace_nodes(node: SpareHost, replaced: dict[int, str], why: str, parts: list[Heartbeat]) -> None:
-    """A member applies the gang's decision: each spare takes its node rank from the next attempt (the heartbeats
-    name it there from now on), said in the log, and in state.json under "replaced" (who, by whom, when, why, and
-    whether for a hardware fault: the controller records it in the fleet's history, plugin_utils/_control/history.py)."""
-    records = list(node.state.get("replaced") or [])
+def _slots(spec: dict) -> list[int]:
+    """The ranks on each node, in node rank order."""
+    return [int(count) for count in spec.get("slots") or [spec.get("nproc_per_node") or 1] * len(spec["nodes"])]
+
+
+def write_hostfile(job_dir: str, spec: dict) -> None:
+    """The job folder's hostfile for the members now (launchers.hostfile_text's form), for a script that reads it."""
+    path = os.path.join(job_dir, HOSTFILE)
+    with open(path + ".tmp", "w") as handle:
+        handle.write("".join("%s slots=%d\n" % (address, count) for (_h, address), count in zip(spec["nodes"], _slots(spec))))
+    os.replace(path + ".tmp", path)
+
+
+def reshape(node: SpareHost, replaced: dict[int, str], dropped: tuple[int, ...], why: str,
+            parts: list[Heartbeat]) -> None:
+    """A member applies the gang's decision: each spare takes its node rank from the next attempt, the nodes left
+    out are gone and the others renumbered (the heartbeats name them so from now on); said in the log, and in
+    state.json under "replaced" (who, by whom, when, why, and whether for a hardware fault: the controller records it
+    in the fleet's history, plugin_utils/_control/history.py) and "left_out" (who, from which attempt, on how many
+    nodes). The hostfile is rewritten for the new members; this node's rank is then the gang's (the supervisor
+    takes it on)."""
+    gang = node.gang
+    if not isinstance(gang, Gang):
+        raise TypeError("only a gang's members change")
+    members = gang.members()
     faulted = {part.rank for part in parts if part.hardware_fault}
+    now, attempt = round(time.time(), 3), node.attempt + 1
+    records = list(node.state.get("replaced") or [])
     for rank, spare in sorted(replaced.items()):
-        old = node.gang.host(rank)
-        node.gang.replace(rank, spare)
-        records.append({"node_rank": rank, "host": old, "by": spare, "attempt": node.attempt + 1, "why": why,
-                        "at": round(time.time(), 3), "hardware_fault": rank in faulted})
-        node.log("%s takes node_rank %d in place of %s from attempt %d" % (spare, rank, old, node.attempt + 1))
-    node.spec["nodes"] = [list(member) for member in node.gang.nodes]
-    node.save(replaced=records, members=node.gang.members())
+        records.append({"node_rank": rank, "host": members[rank], "by": spare, "attempt": attempt, "why": why,
+                        "at": now, "hardware_fault": rank in faulted})
+        node.log("%s takes node_rank %d in place of %s from attempt %d" % (spare, rank, members[rank], attempt))
+    staying = next_members(members, replaced, dropped)
+    left = list(node.state.get("left_out") or [])
+    for rank in dropped:
+        left.append({"node_rank": rank, "host": members[rank], "attempt": attempt, "why": why, "at": now,
+                     "nodes": len(staying), "hardware_fault": rank in faulted})
+    if dropped:
+        node.log("attempt %d goes on without %s, on %d nodes: %s" % (
+            attempt, ", ".join(members[rank] for rank in dropped), len(staying), why))
+    _take_members(node, gang, staying, dropped)
+    node.save(replaced=records, left_out=left, members=staying, node_rank=gang.rank)
+
+
+def _take_members(node: SpareHost, gang: Gang, members: list[str], dropped: tuple[int, ...]) -> None:
+    """The gang, the spec's nodes and slots, and the hostfile as members (hosts in node rank order; the node ranks
+    dropped gone) have them."""
+    node.spec["slots"] = [slot for rank, slot in enumerate(_slots(node.spec)) if rank not in dropped]
+    gang.reshape(members)
+    node.spec["nodes"] = [list(member) for member in gang.nodes]
+    write_hostfile(node.job_dir, node.spec)
 
 
 def _placed(gang: Gang) -> Heartbeat | None:
@@ -122,7 +169,7 @@ def stand_by(node: SpareHost) -> Placement | None:
         node.tick(HeartbeatPhase.STANDBY)
         news = _placed(gang)
         if news is not None:
-            return _place(gang, news)
+            return _place(node, news)
         if _job_over(gang):
             return None
     return None
@@ -136,16 +183,14 @@ def unused(node: SpareHost) -> int:
     return 0
 
 
-def _place(gang: Gang, news: Heartbeat) -> Placement:
-    """The gang as the members' news has it (this spare and every other spare they placed, at their node ranks), and
-    where it puts this spare."""
+def _place(node: SpareHost, news: Heartbeat) -> Placement:
+    """The gang as the members' news has it (this spare and every other spare they placed, at their node ranks; the
+    nodes they left out gone), and where it puts this spare."""
+    gang = node.gang
+    if not isinstance(gang, Gang):
+        raise TypeError("a spare stands by in a gang")
     members = list(news.members or ())
-    spares = dict(gang.spares)
-    mine = ""
-    for rank, host in enumerate(members):
-        if host != gang.host(rank) and host in spares:
-            if host == gang.me[0]:
-                mine = gang.host(rank)
-            gang.replace(rank, host)
-    gang.rank = members.index(gang.me[0])
+    replaced, dropped = changes(gang.members(), members)
+    mine = next((gang.host(rank) for rank, host in replaced.items() if host == gang.me[0]), "")
+    _take_members(node, gang, members, dropped)
     return Placement(gang.rank, news.attempt or 1, mine, news.restart_reason, news.restarts_used)

@@ -51,7 +51,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_out
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.restart_policy import DEFAULT_RESTART_ON, parse_restart_on
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, replace_nodes, spare_view, stand_by, unused
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import Placement, reshape, spare_view, stand_by, unused
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.state_file import StateFile
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import clear_notice, write_notice
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import (
@@ -90,6 +90,7 @@ class Supervisor:
         self.min_progress_s = float(spec.get("min_progress_s", Defaults.MIN_PROGRESS_S))
         self.restart_reason, self.last_failure = "", None  # why this attempt is a restart; the last failure's mark
         self.restart_on, self.restarts_used = parse_restart_on(spec.get("restart_on") or DEFAULT_RESTART_ON), 0
+        self.min_nodes = int(spec["min_nodes"]) if spec.get("min_nodes") else None  # None: every node, or the job ends
         self.stop_reason: str | None = None
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.stop_stacks = False  # whether the stop request asks for every rank's stack first
@@ -272,7 +273,7 @@ class Supervisor:
         decision = restart_decision(parts, lambda rank: self.host if rank == self.node_rank else self.gang.host(rank),
                                     self.last_failure, time.monotonic() - self.attempt_started, self.min_progress_s,
                                     self.state.get("peers_lost") if gang == JobState.LOST else None,
-                                    spare_view(self.gang, self.attempt), self.restart_on)
+                                    spare_view(self.gang, self.attempt, self.min_nodes), self.restart_on)
         self.last_failure, self.restart_reason = decision.signature, decision.reason
         if decision.refused:
             self.log(decision.refused)
@@ -281,8 +282,9 @@ class Supervisor:
         self.log("restarting after: %s" % decision.reason)
         self.restarts_used += 1
         self.save(restarts=self.state.get("restarts", []) + [decision.reason], restarts_used=self.restarts_used)
-        if decision.replaced:
-            replace_nodes(self, decision.replaced, decision.reason, parts)
+        if decision.replaced or decision.dropped:
+            reshape(self, decision.replaced, decision.dropped, decision.reason, parts)
+            self.node_rank = self.gang.rank
         return True
 
     def _progress(self, ran_s: float) -> None:
@@ -297,10 +299,14 @@ class Supervisor:
         """This spare becomes the node rank the members placed it at, from their attempt on (spares.stand_by)."""
         self.node_rank, self.attempt, self.restart_reason = placement.node_rank, placement.attempt, placement.restart_reason
         self.restarts_used = placement.restarts_used
-        self.spec["nodes"] = [list(member) for member in self.gang.nodes]
         self.log("takes node_rank %d in place of %s from attempt %d: %s" % (self.node_rank, placement.replaced, self.attempt, self.restart_reason))
         self.save(node_rank=self.node_rank, attempt=self.attempt, members=self.gang.members(), took_place_of=placement.record(),
                   restarts_used=self.restarts_used)
+
+    def _size_said(self) -> str:
+        """', on 2 of 3 nodes' once the gang has gone on without a node (min_nodes), else ''."""
+        launched = len(self.state.get("left_out") or []) + len(self.spec.get("nodes") or [])
+        return ", on %d of %d nodes" % (len(self.spec["nodes"]), launched) if self.state.get("left_out") else ""
 
     # -- the whole run ------------------------------------------------------------------------------------------
 
@@ -326,7 +332,8 @@ class Supervisor:
         self.log(self.gpu_watch.start())
         while True:
             port = self.ports[(self.attempt - 1) % len(self.ports)]  # again from the first, after progress
-            self.log("attempt %d of %d, master port %d" % (self.attempt, self.attempt + self.max_restarts - self.restarts_used, port))
+            self.log("attempt %d of %d, master port %d%s" % (self.attempt, self.attempt + self.max_restarts - self.restarts_used,
+                                                             port, self._size_said()))
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
             self.rank_output.follow(final=True)

@@ -186,9 +186,11 @@ def not_yet_recorded(records: Iterable[Mapping[str, Any]], found: Iterable[Mappi
 
 
 def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping[str, Mapping[str, Any]],
-               at: float | None = None, hung: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:
+               at: float | None = None, hung: Mapping[str, Sequence[int]] | None = None,
+               left_out: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The faults a job's results show, one per node: a spare took its place for a hardware fault (a GPU's), or for
-    its loss (recorded, class "node lost", not counted); a GPU's new hardware XID during the job (gpu_watch.py); the
+    its loss (recorded, class "node lost", not counted), or the gang went on without it (``left_out``, min_nodes),
+    alike; a GPU's new hardware XID during the job (gpu_watch.py); the
     ranks the stacks of a hung job name as its likely cause (``hung``, by host: class "hang", recorded and not
     counted, since where a rank waits says as much of the program as of the node). A rank's own failure is the
     application's, and is not recorded."""
@@ -199,9 +201,13 @@ def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping
         klass = "gpu" if why.get("hardware_fault") else "node lost"
         found.append(record(host, "fault", "replaced by %s: %s" % (why.get("by"), why.get("why")), job, klass,
                             at=why.get("at") or at, run=run))
+    for host, why in (left_out or {}).items():
+        klass = "gpu" if why.get("hardware_fault") else "node lost"
+        found.append(record(host, "fault", "left out from attempt %s: %s" % (why.get("attempt"), why.get("why")), job,
+                            klass, at=why.get("at") or at, run=run))
     for result in results:
         host = str(result.get("host"))
-        if result.get("gpu_fault") and host not in replaced:
+        if result.get("gpu_fault") and host not in replaced and host not in (left_out or {}):
             found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=result.get("ended_at") or at,
                                 run=run))
     for host, ranks in (hung or {}).items():

@@ -20,7 +20,7 @@ from typing import Any
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.jobs import JOB_NAME_RE
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import SPARE_LAUNCHERS
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import RESIZABLE, SPARE_LAUNCHERS
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import ENV_NAME_RE
 
 NODE_GROUP = "gpu_nodes"
@@ -92,6 +92,23 @@ def parse_positive_int(
     if number < minimum or (maximum is not None and number > maximum):
         bounds = ">= %d" % minimum if maximum is None else "between %d and %d" % (minimum, maximum)
         raise PlanError("%s: must be %s, got %d" % (variable, bounds, number))
+    return number
+
+
+def parse_min_nodes(value: Any, nnodes: int, launcher: str, scheduler: str) -> int:
+    """The fewest nodes the job may go on with (min_nodes), 0 for all of them (unset, or the node count): between 1
+    and the node count, and below it only where the launcher can change size (RESIZABLE) and the gang restarts
+    itself (scheduler ssh: under Slurm, a node's failure ends the job step)."""
+    number = parse_positive_int(value, "min_nodes", maximum=max(nnodes, 1))
+    if number is None or number >= nnodes:
+        return 0
+    if launcher not in RESIZABLE:
+        raise PlanError("min_nodes: %d is below the job's %d nodes, but launcher=%s cannot go on with fewer nodes (its "
+                        "world is fixed at the launch); min_nodes works with %s, or leave it unset"
+                        % (number, nnodes, launcher, " and ".join(RESIZABLE)))
+    if scheduler != "ssh":
+        raise PlanError("min_nodes: %d is below the job's %d nodes, but under scheduler=%s the scheduler ends the job "
+                        "when one of its nodes fails; min_nodes works with scheduler=ssh" % (number, nnodes, scheduler))
     return number
 
 

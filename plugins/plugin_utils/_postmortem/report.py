@@ -57,13 +57,18 @@ def _exit(result: Mapping[str, Any]) -> str:
     return "-" if code is None else str(code)
 
 
-def replacements(results: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """Each node a spare replaced, by host: what the members recorded (spares.py: node_rank, by, attempt, why, at)."""
+def _records_by_host(results: Sequence[Mapping[str, Any]], key: str) -> dict[str, Mapping[str, Any]]:
+    """The members' records under key in state.json, by the host each is about, the first found."""
     found: dict[str, Mapping[str, Any]] = {}
     for result in results:
-        for record in result.get("replaced") or []:
+        for record in result.get(key) or []:
             found.setdefault(str(record.get("host")), record)
     return found
+
+
+def replacements(results: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each node a spare replaced, by host: what the members recorded (spares.py: node_rank, by, attempt, why, at)."""
+    return _records_by_host(results, "replaced")
 
 
 def replacements_said(results: Sequence[Mapping[str, Any]]) -> str:
@@ -72,19 +77,42 @@ def replacements_said(results: Sequence[Mapping[str, Any]]) -> str:
         r.get("by"), host, r.get("node_rank"), r.get("attempt"), r.get("why")) for host, r in replacements(results).items())
 
 
+def left_out(results: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each node the gang went on without (min_nodes), by host: what the others recorded (spares.reshape: node_rank,
+    attempt, why, at, nodes, hardware_fault)."""
+    return _records_by_host(results, "left_out")
+
+
+def left_out_said(results: Sequence[Mapping[str, Any]]) -> str:
+    """'attempt 2 ran on 2 of 3 nodes, without node2 (node_rank 2), after: node2 lost; ...', per shrink, or ''."""
+    by_attempt: dict[Any, list[tuple[str, Mapping[str, Any]]]] = {}
+    for host, record in left_out(results).items():
+        by_attempt.setdefault(record.get("attempt"), []).append((host, record))
+    said = []
+    for attempt, records in by_attempt.items():
+        nodes = records[0][1].get("nodes")
+        said.append("attempt %s ran on %s of %s nodes, without %s, after: %s" % (
+            attempt, nodes, nodes + len(records) if isinstance(nodes, int) else "?",
+            ", ".join("%s (node_rank %s)" % (host, r.get("node_rank")) for host, r in records), records[0][1].get("why")))
+    return "; ".join(said)
+
+
 def _current(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The results of the nodes that ran the job's last attempt: a node a spare replaced is not one of them."""
-    replaced = replacements(results)
-    return [r for r in results if str(r.get("host")) not in replaced]
+    """The results of the nodes that ran the job's last attempt: a node a spare replaced, or one the gang went on
+    without, is not one of them."""
+    gone = {**replacements(results), **left_out(results)}
+    return [r for r in results if str(r.get("host")) not in gone]
 
 
 def table_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     rows = []
-    replaced = replacements(results)
+    replaced, left = replacements(results), left_out(results)
     for result in results:
         state = str(result.get("state", "?"))
         if str(result.get("host")) in replaced:
             state = "replaced by %s" % replaced[str(result.get("host"))].get("by")
+        elif str(result.get("host")) in left:
+            state = "left out (attempt %s)" % left[str(result.get("host"))].get("attempt")
         elif state == JobState.STOPPED and result.get("interrupted"):
             state = "stopped (Ctrl-C)"
         elif state == JobState.STOPPED and result.get(STOPPED_FOR):

@@ -104,3 +104,11 @@ def test_a_restart_cause_or_exit_code_it_does_not_know_is_refused_before_launch(
     with pytest.raises(PlanError) as raised:
         supervision_plan({"restart_on": restart_on})
     assert str(raised.value).startswith(needle), str(raised.value)
+
+
+def test_min_nodes_is_planned_for_the_nodes_launcher_and_scheduler():
+    assert supervision_plan({})["min_nodes"] == 0
+    assert supervision_plan({"min_nodes": "2"}, 3, "torchrun", "ssh")["min_nodes"] == 2
+    assert supervision_plan({"min_nodes": 3}, 3, "mpirun", "ssh")["min_nodes"] == 0
+    with pytest.raises(PlanError, match="min_nodes: 2 is below the job's 3 nodes, but launcher=horovodrun cannot"):
+        supervision_plan({"min_nodes": 2}, 3, "horovodrun", "ssh")

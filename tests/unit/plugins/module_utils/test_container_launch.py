@@ -111,7 +111,8 @@ def test_podman_runs_the_part_with_what_multi_node_training_needs(engines, fake_
     # Only the run's own variables, by name: no value of the job's environment is in the container's configuration.
     assert pairs(argv, "--env") == ["GPUFLEET_IN_CONTAINER=1", "GPUFLEET_RUN_ID", "GPUFLEET_RUN_TOKEN",
                                     "GPUFLEET_MASTER_PORT", "GPUFLEET_ATTEMPT", "GPUFLEET_RESTART_REASON",
-                                    "GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC",
+                                    "GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC", "GPUFLEET_NNODES",
+                                    "GPUFLEET_WORLD_SIZE", "GPUFLEET_MPI_HOSTS", "GPUFLEET_ALL_HOSTS",
                                     "GPUFLEET_STOP_FILE", "GPUFLEET_STOP_GRACE_S"]
     assert argv[-3:] == [IMAGE_ID, "/bin/bash", str(job_dir / "launch.sh")]
     assert not any(SECRET in arg or "plain value" in arg for arg in argv)

@@ -150,7 +150,7 @@ def test_a_lost_node_with_no_spare_is_not_restarted_and_named():
     assert decision.reason == "node2 lost"
 
 
-# -- spares: who replaces whom (gang_rules.replacement, restart_decision with a SpareView) ----------------------------
+# -- spares: who replaces whom (gang_rules.placing, restart_decision with a SpareView) ----------------------------
 
 MEMBERS = ["node0", "node1", "node2"]
 
@@ -165,9 +165,13 @@ def test_a_lost_node_is_replaced_by_the_first_ready_spare_at_its_node_rank():
 
 def test_two_lost_nodes_take_the_spares_in_inventory_order_by_node_rank():
     view = gang_rules.SpareView(MEMBERS + ["node3", "node4"], ["spare0", "spare1", "spare2"], 0)
-    assert gang_rules.replacement([4, 1], view) == {1: "spare0", 4: "spare1"}
-    # A gang is launched whole or not at all: two bad nodes and one spare replace nothing.
-    assert gang_rules.replacement([4, 1], view._replace(ready=["spare0"])) == {}
+    assert gang_rules.placing([4, 1], view) == ({1: "spare0", 4: "spare1"}, ())
+    # A gang is launched whole or not at all (min_nodes all of them): two bad nodes and one spare replace nothing.
+    assert gang_rules.placing([4, 1], view._replace(ready=["spare0"])) == ({}, ())
+    # With min_nodes=4 of 5, the spare takes node_rank 1 and the gang goes on without node4.
+    assert gang_rules.placing([4, 1], view._replace(ready=["spare0"], min_nodes=4)) == ({1: "spare0"}, (4,))
+    assert gang_rules.placing([4, 1], view._replace(ready=[], min_nodes=4)) == ({}, ())
+    assert gang_rules.placing([4, 1], view._replace(ready=[], min_nodes=3)) == ({}, (1, 4))
 
 
 def test_no_ready_spare_left_is_the_no_spare_refusal():
@@ -229,7 +233,73 @@ def test_a_node_that_decides_late_follows_the_members_a_peer_announced():
     mine = view._replace(rank=0, announced=(["spare0", "node1", "node2"], "node0 lost; spare0 takes node_rank 0"))
     assert restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 1.0},
                                        spares=mine).refused == (
-        "not restarting: spare0 took this node's place (node_rank 0): node0 lost; spare0 takes node_rank 0")
+        "not restarting: spare0 took this node's place (node0, node_rank 0): node0 lost; spare0 takes node_rank 0")
+
+
+# -- min_nodes: the gang goes on smaller (gang_rules.placing, next_members, changes) ---------------------------------
+
+SHRUNK = "node2 lost; the gang goes on without node2 (node_rank 2) on 2 nodes (min_nodes=2)"
+
+
+def test_a_lost_node_with_no_spare_is_left_out_while_min_nodes_remain():
+    parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node2"}, {"rank": 1, "outcome": "stopped"}]
+    view = gang_rules.SpareView(MEMBERS, [], 0, None, 2)
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1.0}, spares=view)
+    assert decision.refused is None and decision.dropped == (2,) and decision.replaced == {}
+    assert decision.reason == SHRUNK
+    assert gang_rules.next_members(MEMBERS, decision.replaced, decision.dropped) == ["node0", "node1"]
+    # node0 lost: node1 and node2 go on, renumbered 0 and 1 (node1 the new node 0).
+    first = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node0": 1.0},
+                             spares=view._replace(rank=1))
+    assert first.dropped == (0,) and gang_rules.next_members(MEMBERS, {}, first.dropped) == ["node1", "node2"]
+
+
+def test_min_nodes_all_of_them_ends_the_job_naming_the_lost_node_and_too_few_says_min_nodes():
+    parts = [{"rank": 0, "outcome": "stopped", "stopped_for": "node2"}]
+    whole = restart_decision(parts, HOSTS.__getitem__, None, 50.0, 300, lost={"node2": 1.0})
+    assert whole.refused == "not restarting: node2 lost, and no spare node is available to take its place"
+    four = MEMBERS + ["node3"]
+    too_few = restart_decision(parts, (four).__getitem__, None, 50.0, 300, lost={"node2": 1.0, "node3": 1.0},
+                               spares=gang_rules.SpareView(four, [], 0, None, 3))
+    assert too_few.refused == ("not restarting: node2, node3 lost, and no spare node is available to take their "
+                               "place, and the 2 nodes left would be fewer than min_nodes=3")
+
+
+def test_a_hardware_fault_under_min_nodes_leaves_the_node_out_and_the_node_itself_ends():
+    fault = [{"rank": 0, "outcome": "stopped", "stopped_for": "node1"},
+             {"rank": 1, "outcome": "failed", "hardware_fault": True, "reason": "node1 GPU 0: XID 79"}]
+    view = gang_rules.SpareView(MEMBERS, [], 0, None, 2)
+    decision = restart_decision(fault, HOSTS.__getitem__, None, 5.0, 300, spares=view)
+    assert decision.refused is None and decision.dropped == (1,)
+    assert decision.reason == ("node1 (node_rank 1) failed: node1 GPU 0: XID 79; the gang goes on without node1 "
+                               "(node_rank 1) on 2 nodes (min_nodes=2)")
+    own = restart_decision(fault[1:], HOSTS.__getitem__, None, 5.0, 300, spares=view._replace(rank=1))
+    assert own.refused.startswith("not restarting: the gang goes on without this node (node1, node_rank 1): node1 "
+                                  "(node_rank 1) failed: node1 GPU 0: XID 79")
+    # With a spare, the faulted node's own decision is that the spare took its place (not that it goes on itself).
+    spared = restart_decision(fault[1:], HOSTS.__getitem__, None, 5.0, 300,
+                              spares=gang_rules.SpareView(MEMBERS, ["spare0"], 1))
+    assert spared.refused.startswith("not restarting: spare0 took this node's place (node1, node_rank 1)")
+
+
+def test_a_spare_takes_the_first_bad_rank_and_the_gang_goes_on_without_the_next():
+    parts = [{"rank": 0, "outcome": "stopped"}]
+    view = gang_rules.SpareView(MEMBERS, ["spare0"], 0, None, 2)
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, lost={"node1": 1.0, "node2": 2.0},
+                                spares=view._replace(members=MEMBERS + ["node3"]))
+    assert decision.replaced == {1: "spare0"} and decision.dropped == (2,)
+    assert decision.reason == ("node1, node2 lost; spare0 takes node_rank 1; the gang goes on without node2 "
+                               "(node_rank 2) on 3 nodes (min_nodes=2)")
+    assert gang_rules.changes(MEMBERS + ["node3"], ["node0", "spare0", "node3"]) == ({1: "spare0"}, (2,))
+
+
+def test_a_node_that_decides_late_follows_a_shrink_a_peer_announced():
+    parts = [{"rank": 1, "outcome": "stopped", "stopped_for": "node2"}]
+    view = gang_rules.SpareView(MEMBERS, [], 1, (["node0", "node1"], SHRUNK), 2)
+    decision = restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, spares=view)
+    assert decision.refused is None and decision.dropped == (2,) and decision.reason == SHRUNK
+    left = restart_decision(parts, HOSTS.__getitem__, None, 5.0, 300, spares=view._replace(rank=2))
+    assert left.refused == "not restarting: the gang goes on without this node (node2, node_rank 2): " + SHRUNK
 
 
 def test_a_peers_part_of_an_attempt_is_kept_after_it_moved_on_to_the_next():

@@ -114,6 +114,16 @@ def test_grouped_options_reach_their_jobspec_fields():
     assert spec.container_gpus is True and spec.container_volumes == ("/d:/d",)
     assert spec.container_run_args == ("--shm-size=8g",)
     assert values["gang_key"] == "k" and "gang_key" not in spec.as_dict()
+    assert spec.min_nodes == 0 and not spec.elastic  # unset: all of the nodes
+
+
+def test_min_nodes_below_the_node_count_makes_the_spec_elastic_and_all_of_them_is_zero():
+    gang = {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k"}
+    for given, kept in ((1, 1), (2, 0), (0, 0)):
+        values = launch_options.flat(dict(BASE, gang=gang, supervision={"min_nodes": given}))
+        assert launch_options.problem(values) == ""
+        spec = launch_options.job_spec(values, gpus_found=1)
+        assert (spec.min_nodes, spec.elastic) == (kept, bool(kept)), given
 
 
 @pytest.mark.parametrize("change, message", [
@@ -129,6 +139,13 @@ def test_grouped_options_reach_their_jobspec_fields():
     ({"gang": {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k", "slots": [8]}},
      "gang.slots: must give the ranks of each of the 2 nodes, got 1"),
     ({"launcher": "mpirun"}, "launcher: mpirun needs gang.nodes"),
+    ({"gang": {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k"}, "supervision": {"min_nodes": 3}},
+     "supervision.min_nodes: must be from 1 to the 2 nodes (0: all of them), got 3"),
+    ({"gang": {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k"}, "supervision": {"min_nodes": -1}},
+     "supervision.min_nodes: must be from 1 to the 2 nodes (0: all of them), got -1"),
+    ({"gang": {"nodes": [["a", "192.0.2.10"], ["b", "192.0.2.11"]], "key": "k"}, "supervision": {"min_nodes": 1},
+      "launcher": "deepspeed"}, "supervision.min_nodes: launcher deepspeed cannot go on with fewer nodes; min_nodes works "
+     "with torchrun and none"),
     ({"container": {"engine": "lxc", "image_id": IMAGE_ID}}, "container_engine: 'lxc' is not one of docker, podman"),
     ({"container": {"engine": "podman", "image_id": "train:1"}}, "container_image_id: 'train:1' is not an image ID"),
 ])

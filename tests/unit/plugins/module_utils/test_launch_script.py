@@ -67,6 +67,26 @@ def test_arguments_and_env_survive_quoting(fake_python, tmp_path):
     assert seen["cwd"] == str(workdir)
 
 
+def test_with_min_nodes_the_attempts_place_and_size_reach_torchrun_and_the_contract(fake_python, tmp_path):
+    """A job that may shrink: run by hand, launch.sh is the launch's (3 nodes); given the supervisor's place of a
+    shrunk attempt (spares.place_env), torchrun's --nnodes/--node-rank and the contract's names follow it."""
+    nodes = (("a", "192.0.2.10"), ("b", "192.0.2.11"), ("c", "192.0.2.12"))
+    job_spec = spec(fake_python, tmp_path, node_rank=2, nnodes=3, nproc_per_node=2, world_size=6,
+                    master_addr="192.0.2.10", nodes=nodes, slots=(2, 2, 2), min_nodes=2, script_args=())
+    by_hand = run_rendered(job_spec, tmp_path)
+    assert "--nnodes=3" in by_hand["argv"] and "--node-rank=2" in by_hand["argv"]
+    assert (by_hand["env"]["WORLD_SIZE"], by_hand["env"]["MLP_WORKER_NUM"]) == ("6", "3")
+    place = {"GPUFLEET_NODE_RANK": "1", "GPUFLEET_MASTER_ADDR": "192.0.2.11", "GPUFLEET_NPROC": "2",
+             "GPUFLEET_NNODES": "2", "GPUFLEET_WORLD_SIZE": "4", "GPUFLEET_MPI_HOSTS": "192.0.2.11:2,192.0.2.12:2",
+             "GPUFLEET_ALL_HOSTS": "192.0.2.11,192.0.2.12"}
+    seen = run_rendered(job_spec, tmp_path, **place)
+    assert {"--nnodes=2", "--node-rank=1", "--master-addr=192.0.2.11", "--nproc-per-node=2"} <= set(seen["argv"])
+    env = seen["env"]
+    assert (env["WORLD_SIZE"], env["NNODES"], env["NODE_RANK"], env["MASTER_ADDR"]) == ("4", "2", "1", "192.0.2.11")
+    assert (env["MLP_WORKER_NUM"], env["MLP_MPI_NP"], env["MLP_ROLE_INDEX"]) == ("2", "4", "1")
+    assert (env["MLP_WORKER_ALL_HOSTS"], env["MLP_MPI_HOSTS"]) == ("192.0.2.11,192.0.2.12", "192.0.2.11:2,192.0.2.12:2")
+
+
 def test_node_env_files_are_sourced_first_and_the_job_env_wins(fake_python, tmp_path):
     node_env = tmp_path / "nccl.env"
     node_env.write_text("export NCCL_SOCKET_IFNAME=eth7\nexport QUOTED=from-node-file\n")

@@ -34,7 +34,7 @@ SAYS = 'echo "attempt $GPUFLEET_ATTEMPT node_rank $NODE_RANK master $MASTER_ADDR
 class WithSpare:
     """A job on n0 and n1 (or nodes) with the spare s0 (node_rank 2, or past the nodes')."""
 
-    def __init__(self, tmp_path, body, nodes=NODES, **spec_args):
+    def __init__(self, tmp_path, body, nodes=NODES, spare_nodes=SPARES, **spec_args):
         fake = tmp_path / "fake-python"
         fake.write_text('#!/bin/bash\nwhile [ "$1" != "--max-restarts=0" ]; do shift; done; shift\nexec bash "$@"\n')
         fake.chmod(0o755)
@@ -42,10 +42,10 @@ class WithSpare:
         script.write_text(SAYS + body)
         self.paths = []
         port = free_udp_port()
-        for rank, (name, _address) in enumerate(nodes + SPARES):
+        for rank, (name, _address) in enumerate(nodes + spare_nodes):
             args = dict(job="g", node_rank=rank, nnodes=len(nodes), nproc_per_node=1, world_size=len(nodes),
                         master_addr="127.0.0.1", master_port=port, python=str(fake), script=str(script),
-                        workdir=str(tmp_path), grace_s=1.0, nodes=nodes, spares=SPARES, slots=(1,) * len(nodes),
+                        workdir=str(tmp_path), grace_s=1.0, nodes=nodes, spares=spare_nodes, slots=(1,) * len(nodes),
                         heartbeat_s=0.2, heartbeat_misses=5,
                         join_timeout_s=10.0, **spec_args)
             path = jobs.job_dir(str(tmp_path / name), "g")
@@ -71,8 +71,8 @@ class WithSpare:
 def with_spare(tmp_path):
     made = []
 
-    def make(body, nodes=NODES, **spec_args):
-        made.append(WithSpare(tmp_path, body, nodes, **spec_args))
+    def make(body, nodes=NODES, spare_nodes=SPARES, **spec_args):
+        made.append(WithSpare(tmp_path, body, nodes, spare_nodes, **spec_args))
         return made[-1]
 
     yield make
@@ -147,9 +147,10 @@ def test_a_lost_node_zero_is_replaced_and_the_master_address_moves_to_the_spare(
 
 
 class _Member:
-    """What spares.replace_nodes uses of a member's supervisor, with a real Gang (its socket on 127.0.0.1)."""
+    """What spares.reshape uses of a member's supervisor, with a real Gang (its socket on 127.0.0.1)."""
 
-    def __init__(self):
+    def __init__(self, job_dir):
+        self.job_dir = str(job_dir)
         self.spec = {"node_rank": 0, "run_id": "r", "nodes": [list(n) for n in NODES], "spares": [list(SPARES[0])],
                      "master_port": free_udp_port()}
         self.gang = Gang(self.spec, KEY.encode())
@@ -162,25 +163,26 @@ class _Member:
         self.lines.append(line)
 
 
-def test_a_member_records_who_replaced_whom_and_whether_for_a_hardware_fault():
-    member = _Member()
+def test_a_member_records_who_replaced_whom_and_whether_for_a_hardware_fault(tmp_path):
+    member = _Member(tmp_path)
     try:
         parts = [Heartbeat(rank=0, outcome="stopped", stopped_for="n1"),
                  Heartbeat(rank=1, outcome="failed", hardware_fault=True, reason="n1 GPU 0: XID 79")]
-        spares.replace_nodes(member, {1: "s0"}, "n1 failed; s0 takes node_rank 1", parts)
+        spares.reshape(member, {1: "s0"}, (), "n1 failed; s0 takes node_rank 1", parts)
         record = member.state["replaced"][0]
         assert (record["node_rank"], record["host"], record["by"], record["attempt"], record["hardware_fault"]) == (
             1, "n1", "s0", 2, True)
         assert member.state["members"] == ["n0", "s0"] and member.spec["nodes"][1] == ["s0", "127.0.0.3"]
         assert member.lines == ["s0 takes node_rank 1 in place of n1 from attempt 2"]
         assert member.gang.ready_spares() == []  # a member now, no longer a spare to give
+        assert (tmp_path / "hostfile").read_text() == "127.0.0.1 slots=1\n127.0.0.3 slots=1\n"
     finally:
         member.gang.close()
 
 
 def test_an_attempt_and_the_spares_return_what_the_supervisor_takes_on_and_assign_none_of_its_attributes():
     """spares.stand_by returns a Placement and Attempt its PartOutcome; the supervisor alone sets its node rank,
-    attempt and restart reason (they were assigned from spares.py before)."""
+    attempt and restart reason (they were assigned from spares.py before), also after a reshape of the gang."""
     import re
 
     runtime = os.path.dirname(spares.__file__)
@@ -188,3 +190,36 @@ def test_an_attempt_and_the_spares_return_what_the_supervisor_takes_on_and_assig
         with open(os.path.join(runtime, name)) as handle:
             assigned = re.findall(r"\bnode\.(\w+)\s*=(?!=)", handle.read())
         assert assigned == [], (name, assigned)
+
+
+# -- min_nodes: the gang goes on smaller ------------------------------------------------------------------------------
+
+SIZE = 'echo "attempt $GPUFLEET_ATTEMPT nnodes $NNODES world $WORLD_SIZE $MLP_WORKER_NUM hosts $MLP_WORKER_ALL_HOSTS"\n'
+
+
+def test_without_a_spare_the_gang_goes_on_without_a_lost_node_zero_renumbered_while_min_nodes_remain(with_spare):
+    """Three nodes, no spare, min_nodes=2: n0 (node 0) goes away whole; n1 and n2 go on as node ranks 0 and 1 of two
+    nodes, the rendezvous at n1's address, the world size and the contract's names of it two, the hostfile
+    rewritten, and state.json says who was left out from which attempt."""
+    body = SIZE + 'if [ "$GPUFLEET_ATTEMPT" = 1 ]; then exec sleep 1000; fi\nsleep 0.5; echo done\n'
+    job = with_spare(body, nodes=THREE, spare_nodes=(), min_nodes=2, max_restarts=1,
+                     restart_ports=(free_udp_port(),))
+    wait_for(lambda: [job.status(i)["state"] for i in range(3)] == ["running"] * 3)
+    os.kill(job.status(0)["supervisor_pid"], signal.SIGKILL)
+    for pid in run_processes(run_token(jobs.read_spec(job.paths[0]))):
+        os.kill(pid, signal.SIGKILL)
+    ended = wait_for(lambda: job.ended((1, 2)), timeout=40)
+    assert [s["state"] for s in ended] == ["succeeded"] * 2, ended
+    why = "n0 lost; the gang goes on without n0 (node_rank 0) on 2 nodes (min_nodes=2)"
+    for index, rank in ((1, 0), (2, 1)):
+        state, log = ended[index - 1], job.log(index)
+        assert state["node_rank"] == rank and state["members"] == ["n1", "n2"], state
+        assert [(r["node_rank"], r["host"], r["attempt"], r["nodes"], r["why"]) for r in state["left_out"]] == [
+            (0, "n0", 2, 2, why)], state
+        assert "attempt 2 node_rank %d master 127.0.0.2 nproc 1 after: %s" % (rank, why) in log, log[-2000:]
+        assert "attempt 2 nnodes 2 world 2 2 hosts 127.0.0.2,127.0.0.4" in log, log[-2000:]
+        assert "[gpufleet] attempt 2 goes on without n0, on 2 nodes: %s" % why in log
+        assert "[gpufleet] attempt 2 of 2, master port" in log and ", on 2 of 3 nodes" in log
+        with open(os.path.join(job.paths[index], "hostfile")) as handle:
+            assert handle.read() == "127.0.0.2 slots=1\n127.0.0.4 slots=1\n"
+    assert "attempt 1 nnodes 3 world 3 3 hosts 127.0.0.1,127.0.0.2,127.0.0.4" in job.log(1)

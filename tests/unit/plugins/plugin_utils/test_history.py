@@ -29,6 +29,9 @@ def test_a_job_records_hardware_faults_and_lost_nodes_but_not_the_application_s_
         ("node3", "gpu", "replaced by spare1: " + XID),
         ("node1", "gpu", XID)]
     assert all(f["kind"] == "fault" and f["job"] == "llm" for f in found)
+    left = {"node1": {"attempt": 2, "why": "node1 failed: " + XID, "hardware_fault": True, "at": NOW}}
+    assert [(f["node"], f["class"], f["fact"]) for f in history.job_faults("llm", results, {}, at=NOW, left_out=left)
+            ] == [("node1", "gpu", "left out from attempt 2: node1 failed: " + XID)]  # once, not again for gpu_fault
 
 
 def test_three_hardware_faults_in_the_window_quarantine_and_a_release_returns_the_node():

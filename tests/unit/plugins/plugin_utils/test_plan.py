@@ -180,3 +180,27 @@ def test_a_stop_grace_that_is_not_seconds_is_refused_naming_it(value):
     with pytest.raises(PlanError) as found:
         plan.parse_seconds(value, "stop_grace_s", 5.0, maximum=3600.0)
     assert str(found.value) == "stop_grace_s: must be a number of seconds from 0 to 3600, got %r" % (value,)
+
+
+def test_min_nodes_unset_or_all_of_them_is_zero_and_below_is_kept_for_launchers_that_can_shrink():
+    assert plan.parse_min_nodes(None, 3, "torchrun", "ssh") == 0
+    assert plan.parse_min_nodes("3", 3, "mpirun", "slurm") == 0  # all of them: nothing to refuse
+    assert plan.parse_min_nodes("2", 3, "torchrun", "ssh") == 2
+    assert plan.parse_min_nodes(1, 3, "none", "ssh") == 1
+
+
+@pytest.mark.parametrize("value, launcher, scheduler, needle", [
+    ("4", "torchrun", "ssh", "min_nodes: must be between 1 and 3, got 4"),
+    ("0", "torchrun", "ssh", "min_nodes: must be between 1 and 3, got 0"),
+    ("-1", "torchrun", "ssh", "min_nodes: must be between 1 and 3, got -1"),
+    ("two", "torchrun", "ssh", "min_nodes: must be a whole number, got 'two'"),
+    ("2", "mpirun", "ssh", "min_nodes: 2 is below the job's 3 nodes, but launcher=mpirun cannot go on with fewer nodes"),
+    ("2", "deepspeed", "ssh", "but launcher=deepspeed cannot go on with fewer nodes (its world is fixed at the launch); "
+     "min_nodes works with torchrun and none"),
+    ("2", "torchrun", "slurm", "min_nodes: 2 is below the job's 3 nodes, but under scheduler=slurm the scheduler ends"),
+])
+def test_min_nodes_out_of_range_or_for_a_launcher_that_cannot_shrink_is_refused_naming_it(value, launcher, scheduler,
+                                                                                          needle):
+    with pytest.raises(PlanError) as raised:
+        plan.parse_min_nodes(value, 3, launcher, scheduler)
+    assert needle in str(raised.value)

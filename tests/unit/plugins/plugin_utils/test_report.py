@@ -200,6 +200,19 @@ def test_a_node_a_spare_replaced_is_marked_and_is_not_the_jobs_failure():
         "node2 replaced node1 (node_rank 1) from attempt 2, after: node1 lost; node2 takes node_rank 1")
 
 
+def test_a_node_the_gang_went_on_without_is_marked_left_out_and_not_the_jobs_failure():
+    why = "node2 lost; the gang goes on without node2 (node_rank 2) on 2 nodes (min_nodes=2)"
+    left = {"node_rank": 2, "host": "node2", "attempt": 2, "why": why, "at": 1.0, "nodes": 2, "hardware_fault": False}
+    results = [{"host": "node0", "node_rank": 0, "state": "succeeded", "exit_code": 0, "left_out": [left]},
+               {"host": "node1", "node_rank": 1, "state": "succeeded", "exit_code": 0, "left_out": [left]},
+               {"host": "node2", "node_rank": 2, "state": "unreachable"}]
+    assert report.failure_message("j", results) is None
+    assert [(r["host"], r["state"]) for r in report.table_rows(results)] == [
+        ("node0", "succeeded"), ("node1", "succeeded"), ("node2", "left out (attempt 2)")]
+    assert report.left_out_said(results) == "attempt 2 ran on 2 of 3 nodes, without node2 (node_rank 2), after: " + why
+    assert report.left_out_said([{"host": "node0"}]) == ""
+
+
 def test_after_a_replacement_the_failure_of_the_last_attempt_is_the_one_named():
     results = [{"host": "node0", "node_rank": 0, "state": "stopped", "stopped_for": "node2", "replaced": [REPLACED]},
                {"host": "node1", "node_rank": 1, "state": "unreachable"},
