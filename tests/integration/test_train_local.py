@@ -390,6 +390,14 @@ def test_a_rank_raising_at_the_same_line_twice_is_not_restarted_a_third_time(loc
     assert [a["rank_exit"] for a in state1["attempts"]] == [1, 1], state1  # the rank's own, read before torchrun's
     page = (local.logs / "raise_at_same_line" / "report.html").read_text()
     assert html.escape(said) in " ".join(page.split())
+    # Each rank's output kept once (output_once.py): torchrun's per-rank tee files are gone after each attempt, the
+    # lines in the node's log.
+    log1 = (local.job_dir("node1", "raise_at_same_line") / "job.log").read_text()
+    assert log1.count("[gpufleet] removed the ranks' own copies of their output (2 files, ") == 2, log1[-3000:]
+    assert re.search(r"^\[rank1\|0\]: .*RuntimeError: loss is NaN at step 2$", log1, re.M), log1[-3000:]
+    left = [str(path) for node in ("node0", "node1") for path in (
+        local.job_dir(node, "raise_at_same_line") / "torchelastic").rglob("*.log")]
+    assert left == [], left
 
 
 def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resumes_from(local):

@@ -29,6 +29,7 @@ import shlex
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.attempt_files import FLIGHT_RECORDER_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HOSTFILE, SINGLE_ENTRY
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.output_once import TORCHELASTIC_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RANK_OUTPUT_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import HOOK_DIR, STACK_DIR
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stack_hook import STACK_DIR_VAR
@@ -174,7 +175,7 @@ def command(spec, job_dir: str, env_names: list[str]) -> list[str] | None:
     script = [spec.script] + list(spec.script_args)
     world = sum(count for _h, _a, count in nodes_of(spec))
     if spec.launcher == "torchrun":
-        parts = torchrun_command(spec, os.path.join(job_dir, "torchelastic"), os.path.join(job_dir, LAUNCHER_ENTRY))
+        parts = torchrun_command(spec, os.path.join(job_dir, TORCHELASTIC_DIR), os.path.join(job_dir, LAUNCHER_ENTRY))
         fixed = {"--master-port=%d" % spec.master_port: "--master-port=@MASTER_PORT@"}
         if spec.elastic:  # a spare may take a node's rank, the gang may shrink: the attempt says (spares.py)
             fixed.update({"--nnodes=%d" % spec.nnodes: "--nnodes=@NNODES@",

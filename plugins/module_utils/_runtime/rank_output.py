@@ -9,7 +9,8 @@ each rank's stdout and stderr into ``DIR/<launch time>_rank<global rank>.log`` (
 ranks run ``python -u``, so each line is there when printed). launchers.py passes the job folder's RANK_OUTPUT_DIR,
 and the supervisor follows those files on each turn of its loop, appending each complete new line to the node's log
 with torchrun's tag, ``[rank<global>|<local>]: `` (plugin_utils/_postmortem/rank_lines.py reads both). The log grows as the
-ranks print, so the hang watchdog sees them as before; the files stay in the job folder.
+ranks print, so the hang watchdog sees them as before; what the log holds is freed from the files, which are removed
+when the attempt has ended (output_once.py).
 
 Files that were there when the supervisor started are an earlier run's: they are not copied again. Shipped with the
 supervisor; standard library only, Python 3.8+.
@@ -44,6 +45,7 @@ class RankOutput:
         self.log_path = log_path
         self.first = first_rank(spec)
         self.read = dict(self._files())  # an earlier run's: not copied
+        self.earlier = set(self.read)
         self.partial: dict[str, bytes] = {}
 
     def _files(self) -> dict[str, int]:
@@ -60,6 +62,10 @@ class RankOutput:
             except OSError:
                 continue
         return sizes
+
+    def copied(self) -> dict[str, int]:
+        """This run's files, by path, with how many of their bytes the log holds (output_once.py frees them)."""
+        return {os.path.join(self.folder, name): size for name, size in self.read.items() if name not in self.earlier}
 
     def follow(self, final: bool = False) -> None:
         out = []

@@ -47,6 +47,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbea
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_watch import GpuWatch
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_events import LOG_PREFIX, Events
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.log_silence import LogSilence
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.output_once import OutputOnce
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_output import RankOutput
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.rank_stacks import (
     DUMP_TIMEOUT_S, StackDump, hung_in, stacks_said)
@@ -123,6 +124,7 @@ class Supervisor:
         self.stopping = False  # this attempt is being stopped (begin_stop): its ranks' ends are the stop's doing
         self.stacks_taken = False
         self.rank_output = RankOutput(job_dir, os.path.join(job_dir, LOG_FILE), spec)  # DeepSpeed's ranks' files
+        self.output_once = OutputOnce(job_dir)  # what the log holds, freed from the launchers' per-rank files
         self.state.update(self.runtime.state_fields(spec))
         self.state.update(scheduler.state_fields(dict(os.environ)))
 
@@ -175,6 +177,9 @@ class Supervisor:
         self.gang.receive(timeout_s, extra=self.ranks.fds(), on_extra=self.ranks.exited)
         self.rank_output.follow()
         self.silence.follow()
+        said = self.output_once.tick(self.rank_output.copied)
+        if said:
+            self.log(said)
 
     def stop_decision(self) -> StopReason | None:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
@@ -337,6 +342,9 @@ class Supervisor:
             attempt = Attempt(self, port)
             self.ended = attempt.follow() if self._follower() else attempt.run()
             self.rank_output.follow(final=True)
+            said = self.output_once.attempt_ended(self.rank_output.copied())
+            if said:
+                self.log(said)
             self.ended = dataclasses.replace(self.ended, hardware_fault=self.gpu_failure is not None,
                                              **self.first_failure.of_attempt(self.ended.outcome))
             self._progress(time.monotonic() - self.attempt_started)
