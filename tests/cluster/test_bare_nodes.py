@@ -6,7 +6,9 @@ own-nodes stream (scripts/cluster-streams.sh)."""
 
 import json
 import os
+import re
 import subprocess
+import time
 
 import pytest
 
@@ -113,6 +115,47 @@ def test_a_script_raising_at_the_same_line_twice_is_not_restarted_a_third_time(r
     for node in raw.nodes:
         state = json.loads(raw.host(node).file("/root/.gpufleet/jobs/same-line/state.json").content_string)
         assert [a["attempt"] for a in state["attempts"]] == [1, 2] and state["no_restart"] == said, state
+
+
+def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resumes_from(raw_cluster):
+    """The stop notice (GPUFLEET_STOP_FILE, before SIGTERM; stop_notice.py) across real machines, with
+    tests/integration/scripts/save_on_stop.py (one rank per node): the second node's rank fails at step 10 of attempt
+    1; the other ranks read why, save, and attempt 2 starts at their saved steps; stop.yml stops attempt 2, every
+    rank saves, and a launch of the same job resumes from those saves and ends well."""
+    raw = raw_cluster
+    script = "script=%s/tests/integration/scripts/save_on_stop.py" % REPO
+    env = {"FAIL_NODE_RANK": "1", "FAIL_STEP": "10"}
+    args = ["-e", script, "-e", "job=saver", "-e", "stop_grace_s=20"]
+    first = raw.playbook("train.yml", *args, "-e", "max_restarts=1", "-e", "wait=false",
+                         "-e", json.dumps({"gpufleet_env": env}))
+    assert first.rc == 0, first.out[-3000:]
+
+    def log(node):
+        return raw.host(node).file("/root/.gpufleet/jobs/saver/job.log").content_string
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all("rank %d attempt 2 starts" % rank in log(node)
+                                                  for rank, node in enumerate(raw.nodes)):
+        time.sleep(1)
+    for rank in (0, 2):
+        text = log(raw.nodes[rank])
+        saved = re.search(r"rank %d saved step (\d+) \(notice before SIGTERM: (?:\[True\]|no SIGTERM yet)\): (.*)"
+                          % rank, text)
+        assert saved and raw.nodes[1] in saved.group(2), text[-3000:]  # why: the peer whose failure stopped it
+        assert "rank %d attempt 2 starts at step %s (grace 20 s)" % (rank, saved.group(1)) in text, text[-3000:]
+    stop = raw.playbook("stop.yml", "-e", "job=saver")
+    assert stop.rc == 0, stop.out[-3000:]
+    steps = {}
+    for rank, node in enumerate(raw.nodes):
+        found = re.findall(r"rank %d saved step (\d+) \(notice before SIGTERM: (?:\[True\]|no SIGTERM yet)\): "
+                           r"stopped with playbooks/stop.yml" % rank, log(node))
+        assert found, log(node)[-3000:]
+        steps[rank] = int(found[-1])
+    again = raw.playbook("train.yml", *args, "-e", json.dumps({"gpufleet_env": dict(env, RUN_STEPS="3")}))
+    assert again.rc == 0, again.out[-3000:]
+    for rank, node in enumerate(raw.nodes):
+        assert "rank %d attempt 1 starts at step %d" % (rank, steps[rank]) in log(node), log(node)[-2000:]
+        assert "rank %d done at step %d" % (rank, steps[rank] + 3) in log(node), log(node)[-2000:]
 
 
 def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):

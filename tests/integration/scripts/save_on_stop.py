@@ -1,6 +1,6 @@
 """Test script: a loop of steps that saves its step when gpufleet stops it, and resumes from the saved step.
 
-Each rank keeps its step in CKPT_DIR/rank<RANK>.json. Between steps it looks for gpufleet's stop notice (the file
+Each rank keeps its step in CKPT_DIR/rank<RANK>.json (GPUFLEET_CHECKPOINT_DIR when CKPT_DIR is not set). Between steps it looks for gpufleet's stop notice (the file
 GPUFLEET_STOP_FILE names) and takes SIGTERM as the same request (its handler notes whether the notice was there
 first); when either comes, it saves its step and ends. The rank of the node FAIL_NODE_RANK exits 3 at step FAIL_STEP
 of the first attempt, without saving, after writing a file where the launch points PyTorch's flight recorder dumps
@@ -15,7 +15,9 @@ import time
 
 rank = os.environ["RANK"]
 notice = os.environ["GPUFLEET_STOP_FILE"]
-saved = os.path.join(os.environ["CKPT_DIR"], "rank%s.json" % rank)
+folder = os.environ.get("CKPT_DIR") or os.environ["GPUFLEET_CHECKPOINT_DIR"]
+os.makedirs(folder, exist_ok=True)
+saved = os.path.join(folder, "rank%s.json" % rank)
 sigterm = []
 signal.signal(signal.SIGTERM, lambda *_: sigterm.append(os.path.exists(notice)))
 step = json.load(open(saved))["step"] if os.path.exists(saved) else 0
