@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import time
 from typing import Callable
@@ -40,6 +41,18 @@ FALLOC_FL_PUNCH_HOLE = 0x02
 BLOCK = 4096
 
 
+@functools.lru_cache(maxsize=None)
+def _fallocate() -> Callable[..., int] | None:
+    """libc's fallocate(2), looked up once; None where there is none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        found = libc.fallocate64 if hasattr(libc, "fallocate64") else libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    found.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    return found
+
+
 def punch(path: str, upto: int) -> int:
     """Free the disk blocks of path's first upto bytes (down to a whole 4 KiB block), its size and contents past
     them unchanged (the freed part reads as zeros). Returns the errno of a failure (EOPNOTSUPP: the file system
@@ -47,12 +60,9 @@ def punch(path: str, upto: int) -> int:
     length = upto - upto % BLOCK
     if length <= 0:
         return 0
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fallocate = libc.fallocate64 if hasattr(libc, "fallocate64") else libc.fallocate
-    except (OSError, AttributeError):
+    fallocate = _fallocate()
+    if fallocate is None:
         return errno.ENOSYS
-    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
     try:
         fd = os.open(path, os.O_WRONLY)
     except OSError as exc:

@@ -197,17 +197,16 @@ def job_faults(job: str, results: Iterable[Mapping[str, Any]], replaced: Mapping
     results = list(results)
     run = next((str(result["run_id"]) for result in results if result.get("run_id")), "")
     found = []
-    for host, why in replaced.items():
-        klass = "gpu" if why.get("hardware_fault") else "node lost"
-        found.append(record(host, "fault", "replaced by %s: %s" % (why.get("by"), why.get("why")), job, klass,
+    gone = [(host, "replaced by %s: %s" % (why.get("by"), why.get("why")), why) for host, why in replaced.items()]
+    gone += [(host, "left out from attempt %s: %s" % (why.get("attempt"), why.get("why")), why)
+             for host, why in (left_out or {}).items()]
+    for host, fact, why in gone:  # the nodes the job went on without, each once
+        found.append(record(host, "fault", fact, job, "gpu" if why.get("hardware_fault") else "node lost",
                             at=why.get("at") or at, run=run))
-    for host, why in (left_out or {}).items():
-        klass = "gpu" if why.get("hardware_fault") else "node lost"
-        found.append(record(host, "fault", "left out from attempt %s: %s" % (why.get("attempt"), why.get("why")), job,
-                            klass, at=why.get("at") or at, run=run))
+    went_without = {host for host, _fact, _why in gone}
     for result in results:
         host = str(result.get("host"))
-        if result.get("gpu_fault") and host not in replaced and host not in (left_out or {}):
+        if result.get("gpu_fault") and host not in went_without:
             found.append(record(host, "fault", str(result["gpu_fault"]), job, "gpu", at=result.get("ended_at") or at,
                                 run=run))
     for host, ranks in (hung or {}).items():
