@@ -7,6 +7,7 @@ so a wait costs milliseconds, not seconds.
 """
 
 import os
+import re
 import signal
 import time
 
@@ -100,3 +101,26 @@ def kill_in_node(cluster, node, pid, signum=signal.SIGKILL):
     assert any(p["pid"] == pid for p in probe(cluster, node, None)["processes"]), (node, pid)
     os.kill(pid, signum)
     return time.time()
+
+
+def line_of(text):
+    """The line number in faulty_train.py of the first line holding text."""
+    with open(FAULTY) as handle:
+        return next(number for number, line in enumerate(handle, 1) if text in line)
+
+
+# Where faulty_train.py --stall-rank R stalls rank R, and where the other ranks wait for it.
+STALLED = "load_next_batch (faulty_train.py:%d)" % line_of("time.sleep(stall_s)")
+WAITING = "all_reduce (faulty_train.py:%d)" % line_of("dist.all_reduce(total)")
+
+# What py-spy prints when the kernel refuses it the ranks (a non-root user under kernel.yama.ptrace_scope=1): the
+# fixture, verbatim from py-spy's source (tests/fixtures/py_spy/README.md).
+with open(os.path.join(HERE, "..", "fixtures", "py_spy", "ptrace_refused.txt")) as _f:
+    PTRACE_REFUSED = _f.read().strip()
+
+
+def rank_sections(path):
+    """A node's stacks.txt's sections, by global rank."""
+    with open(path) as handle:
+        parts = re.split(r"^=== \S+ rank (\d+) .*===$", handle.read(), flags=re.M)
+    return {int(rank): body for rank, body in zip(parts[1::2], parts[2::2])}

@@ -7,13 +7,16 @@ own-nodes stream (scripts/cluster-streams.sh)."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 
 import pytest
+import yaml
 
 import testbed
 from harness import BIN, REPO, Cluster
+from jobfaults import FAULTY, PTRACE_REFUSED, STALLED, WAITING, rank_sections
 
 pytestmark = pytest.mark.cluster
 
@@ -156,6 +159,57 @@ def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resume
     for rank, node in enumerate(raw.nodes):
         assert "rank %d attempt 1 starts at step %d" % (rank, steps[rank]) in log(node), log(node)[-2000:]
         assert "rank %d done at step %d" % (rank, steps[rank] + 3) in log(node), log(node)[-2000:]
+
+
+def test_a_hang_of_a_job_run_as_a_non_root_user_where_py_spy_is_refused_names_the_stuck_rank_and_its_frame(raw_cluster):
+    """The job run as a user who is not root (trainer, the inventory's ansible_user: the supervisor and the ranks are
+    trainer's, its job folder in trainer's home), on nodes whose py-spy refuses as py-spy does for such a user under
+    Ubuntu's kernel.yama.ptrace_scope=1 (its own words, tests/fixtures/py_spy/ptrace_refused.txt; the test machines'
+    kernel has no Yama, so the real refusal cannot be had here). Rank 4 (the third node's first) stalls; the hang
+    watchdog's message names rank 4, its node and its frame, read by the ranks' own faulthandler (stack_hook.py), and
+    every rank's stack is fetched."""
+    raw = raw_cluster
+    job, py_spy = "hang-as-user", "/opt/gpufleet/venv/bin/py-spy"
+    refusing = "#!/bin/sh\necho %s >&2\nexit 1\n" % shlex.quote(PTRACE_REFUSED)
+    for node in raw.nodes:
+        raw.node_exec(node, "sh", "-c", "useradd -m -s /bin/sh trainer && install -d -m 700 -o trainer -g trainer "
+                      "/home/trainer/.ssh && install -m 600 -o trainer -g trainer /root/.ssh/authorized_keys "
+                      "/home/trainer/.ssh/ && mv %s %s.away && printf '%%s' \"$0\" > %s && chmod 755 %s"
+                      % ((py_spy,) * 4), refusing, check=True)
+    with open(raw.inventory) as handle:
+        inventory = yaml.safe_load(handle)
+    inventory["gpu_nodes"]["vars"]["ansible_user"] = "trainer"
+    as_user = os.path.join(raw.state, "trainer-hosts.yml")
+    with open(as_user, "w") as handle:
+        yaml.safe_dump(inventory, handle)
+    try:
+        run = raw.playbook("train.yml", "-e", "script=%s" % FAULTY, "-e", "job=%s" % job, "-e", "nproc_per_node=2",
+                           "-e", "hang_timeout=8", "-e", "script_args='--steps 400 --step-s 0.1 --stall-rank 4 "
+                           "--stall-step 6'", inventory=as_user)
+    finally:
+        for node in raw.nodes:
+            raw.node_exec(node, "mv", py_spy + ".away", py_spy, check=True)
+    assert run.rc != 0, run.out[-3000:]
+    said = " ".join(run.out.split())
+    assert ("ranks 0\u20133, 5 in %s, rank 4 in %s: rank 4 on %s is the likely cause" % (WAITING, STALLED, raw.nodes[2])
+            in said), said[-3000:]
+    logs = os.path.join(raw.state, "logs", job)
+    for index, node in enumerate(raw.nodes):
+        sections = rank_sections(os.path.join(logs, "%s.stacks.txt" % node))
+        assert sorted(sections) == [2 * index, 2 * index + 1], sections
+        for body in sections.values():
+            assert "read by the rank's own faulthandler (Python frames only); py-spy: " + PTRACE_REFUSED in body, body
+        # The job was trainer's: its folder is in trainer's home, none in root's.
+        host = raw.host(node)
+        assert host.file("/home/trainer/.gpufleet/jobs/%s/state.json" % job).user == "trainer"
+        assert not host.file("/root/.gpufleet/jobs/%s" % job).exists
+    assert "    load_next_batch (" in rank_sections(os.path.join(logs, "%s.stacks.txt" % raw.nodes[2]))[4]
+    for node in raw.nodes:
+        # Nothing of trainer's is left running but the SSH session Ansible keeps open (ControlPersist); the user goes
+        # (-f: past that session), as the nodes came.
+        left = raw.node_exec(node, "ps", "-u", "trainer", "-o", "args=").stdout.decode().splitlines()
+        assert all(line.startswith("sshd: trainer") for line in left), (node, left)
+        raw.node_exec(node, "userdel", "-f", "-r", "trainer", check=True)
 
 
 def test_gpu_less_servers_get_no_nvidia_repository_unless_opted_in(raw_cluster):

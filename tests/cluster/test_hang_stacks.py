@@ -16,21 +16,10 @@ import shlex
 import pytest
 
 import browser
-from jobfaults import train
+from jobfaults import PTRACE_REFUSED, STALLED, WAITING, line_of, rank_sections, train
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "faulty_train.py")
 VENV_PY_SPY = "/opt/gpufleet/venv/bin/py-spy"
-
-
-def line_of(text):
-    """The line number in faulty_train.py of the first line holding text."""
-    with open(SCRIPT) as handle:
-        return next(number for number, line in enumerate(handle, 1) if text in line)
-
-
 RECORDED = line_of("recorder.entering(")  # where the flight recorder's stand-in saw the all_reduce called
-STALLED = "load_next_batch (faulty_train.py:%d)" % line_of("time.sleep(stall_s)")
-WAITING = "all_reduce (faulty_train.py:%d)" % line_of("dist.all_reduce(total)")
 
 
 @pytest.fixture(autouse=True)
@@ -46,13 +35,6 @@ def hang(cluster, job, *extra):
         cluster.node_exec(node, "rm", "-rf", "/root/.gpufleet/jobs/%s" % job)
     assert done.rc != 0, done.out[-3000:]
     return done, " ".join(done.out.split())
-
-
-def rank_sections(path):
-    """stacks.txt's sections, by global rank."""
-    with open(path) as handle:
-        parts = re.split(r"^=== \S+ rank (\d+) .*===$", handle.read(), flags=re.M)
-    return {int(rank): body for rank, body in zip(parts[1::2], parts[2::2])}
 
 
 def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack_is_fetched(cluster):
@@ -116,17 +98,11 @@ def test_a_hang_names_the_stalled_rank_its_node_and_frame_and_every_rank_s_stack
     assert browser.has_colour(shot, (0xB4, 0x23, 0x18)), shot  # report_page.STYLE's failure red
     assert "CONSOLE" not in logged and "Uncaught" not in logged, logged[-3000:]
 
-# What py-spy prints when the kernel refuses it the ranks (a non-root user under kernel.yama.ptrace_scope=1): the
-# fixture, verbatim from py-spy's source (tests/fixtures/py_spy/README.md).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "py_spy", "ptrace_refused.txt")) as _f:
-    PTRACE_REFUSED = _f.read().strip()
-
-
 def test_where_py_spy_is_refused_or_missing_the_ranks_own_hook_names_the_stalled_rank(cluster):
     """node2 (the stalled rank's) has a py-spy that refuses as py-spy does under ptrace_scope=1, node1 has none: the
     ranks' own faulthandler (stack_hook.py, through the launch's PYTHONPATH) gives their stacks, and the message
-    names rank 4, node2 and the frame as before. Not covered here: a non-root job user on a kernel with Yama (the
-    test machines have no Yama; the session cluster runs jobs as root). With max_restarts=2 too: the hang restarts
+    names rank 4, node2 and the frame as before. The session cluster runs jobs as root; a job of a non-root user is
+    test_bare_nodes.py's (the real Yama refusal cannot be had: the test machines' kernel has no Yama). With max_restarts=2 too: the hang restarts
     the gang once (resuming from step 5's checkpoint), rank 4 stalls again at step 6 at once, and the second
     restart is not used (the same failure within min_progress_s)."""
     job = "hang-nospy"
