@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # integration tests open a job's report.html in (tests/integration/browser.py).
 SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables chromium
 
-.PHONY: demo test test-cluster test-molecule setup prepare venv system-packages unit integration cluster molecule lint sanity bench \
+.PHONY: demo test test-cluster test-molecule setup prepare venv system-packages tools unit integration cluster molecule lint sanity bench \
 	bench-gang-stop bench-launcher-exit bench-spare bench-scale bench-provision collection clean docs
 
 $(STAMP): pyproject.toml setup.py
@@ -49,7 +49,11 @@ test-molecule: venv system-packages
 	PATH=$(CURDIR)/$(BIN):$$PATH GPUFLEET_TESTBED_KEEP=$(KEPT_CLUSTER) $(BIN)/molecule verify; \
 	  rc=$$?; $(BIN)/python tests/cluster/testbed.py down --state $(KEPT_CLUSTER); exit $$rc
 
-setup: venv system-packages prepare
+setup: venv system-packages tools prepare
+
+# promtool and prometheus, the tests' judges of what Prometheus accepts: out of the distribution's package, not installed.
+tools:
+	scripts/fetch-prometheus.sh .cache/prometheus
 
 prepare: venv system-packages
 	@mkdir -p .cache

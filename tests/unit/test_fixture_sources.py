@@ -22,7 +22,7 @@ import standin_repo  # noqa: E402  (tests/cluster, the stand-in packages)
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import gpu_health  # noqa: E402
 
 # The folders that hold an outside tool's output (the others hold gpufleet's own inputs or CRD schemas).
-TOOL_CORPORA = ("dcgm", "journalctl", "kmsg", "nvidia_smi", "sysfs_infiniband")
+TOOL_CORPORA = ("dcgm", "dcgm_exporter", "journalctl", "kmsg", "nvidia_smi", "sysfs_infiniband")
 
 
 @pytest.mark.parametrize("tool", TOOL_CORPORA)
@@ -36,8 +36,8 @@ def test_every_document_names_its_source_in_the_readme(tool):
     for name in documents:  # a hand-made document says so in its name too
         assert ("**hand-made" in described[name]) == name.startswith("handmade-") or tool == "dcgm", name
     for name, row in described.items():
-        assert re.search(r"\*\*(real capture|hand-made[^*]*)\*\*", row), "%s: %s says neither real nor hand-made" % (
-            tool, name)
+        assert re.search(r"\*\*(real capture|verbatim from [^*]+|hand-made[^*]*)\*\*", row), \
+            "%s: %s says neither real, verbatim from its source, nor hand-made" % (tool, name)
 
 
 @pytest.fixture(name="host_engine")
