@@ -9,7 +9,10 @@ scripts that record their arguments and leave a process named as the daemon (tes
 GPU, no NVSwitch and no NVIDIA software is involved.
 """
 
+import json
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -291,3 +294,54 @@ def test_imex_on_a_gb200_tray_installed_held_configured_running_and_the_gate_ref
         gpu_standin.remove(name)
         host.run("systemctl stop nvidia-imex; rm -rf /dev/nvidia-caps-imex-channels; echo 0x2330 > %s/device; "
                  "mv %s %s" % (FAKE_GPU, SWITCH_AWAY, FAKE_SWITCH))
+
+
+def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpufleet_s_alert_rules(systemd_node):
+    """monitor.yml on node6 (systemd), the node and the monitoring host at once (-e monitor_host): the distribution's
+    node exporter and Prometheus (Debian's packages, from Debian's archive) installed and running under systemd.
+    Prometheus's HTTP API, asked from the controller at the node's address: the node exporter's `up` and its own
+    samples (node_load1) for node6, labelled with its inventory name, and gpufleet's alert rules loaded and healthy.
+    A second run changes nothing. With the node exporter stopped, NodeDown goes pending at the next evaluations (it
+    fires after 2 minutes, not waited for here); the exporter is started again after."""
+    node = systemd_node
+    name = node.nodes[0]
+    host = node.host(name)
+    address = node.addresses[name]
+    args = ("-e", "monitor_host=%s" % name, "-e", "scrape_interval=1s")
+    first = node.playbook("monitor.yml", *args)
+    assert first.rc == 0, first.out[-4000:]
+    said = " ".join(first.out.split())
+    # (the callback doubles the apostrophe of "gpufleet's" in its quoted YAML)
+    assert ("Prometheus on %s: http://%s:9090/ scrapes the node exporter of %s every 1s, keeps 15d, and evaluates "
+            "gpufleet''s alert rules" % (name, address, name)) in said, said[-3000:]
+    for unit in ("prometheus", "prometheus-node-exporter"):
+        assert systemctl(host, "is-active", unit) == "active", host.run("systemctl status %s" % unit).stdout
+
+    def api(path, **params):
+        url = "http://%s:9090/api/v1/%s?%s" % (address, path, urllib.parse.urlencode(params))
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return json.load(answer)["data"]
+
+    def samples(query):
+        return {row["metric"].get("node"): row["value"][1] for row in api("query", query=query)["result"]}
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and samples('up{job="node"}') != {name: "1"}:
+        time.sleep(1)
+    assert samples('up{job="node"}') == {name: "1"}, api("targets")
+    assert list(samples("node_load1")) == [name]
+    rules = {rule["name"]: rule["health"] for group in api("rules")["groups"] for rule in group["rules"]}
+    assert sorted(rules) == ["GpuExporterDown", "GpuHardwareXid", "GpuLost", "GpuRowRemapFailed",
+                             "GpuUncorrectableMemoryError", "NodeDown"] and set(rules.values()) == {"ok"}, rules
+    second = node.playbook("monitor.yml", *args)
+    assert second.rc == 0 and second.recap()[name]["changed"] == 0, second.out[-4000:]
+    assert host.run("systemctl stop prometheus-node-exporter").rc == 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not samples('ALERTS{alertname="NodeDown"}'):
+            time.sleep(1)
+        alerts = api("query", query='ALERTS{alertname="NodeDown"}')["result"]
+        assert [(a["metric"]["node"], a["metric"]["alertstate"], a["metric"]["severity"]) for a in alerts] == [
+            (name, "pending", "critical")], alerts
+    finally:
+        host.run("systemctl start prometheus-node-exporter")
