@@ -17,5 +17,6 @@ def prometheus_tool(name):
     return found
 
 
-def run(tool, *args, timeout=60):
-    return subprocess.run([tool, *args], capture_output=True, text=True, check=False, timeout=timeout)
+def run(tool, *args, timeout=60, input_text=None):
+    return subprocess.run([tool, *args], capture_output=True, text=True, check=False, timeout=timeout,
+                          input=input_text)

@@ -227,7 +227,8 @@ options:
         default: []
   health:
     description:
-      - How the node's supervisor watches the node's GPUs while the job runs (module_utils/_runtime/gpu_watch.py).
+      - How the node's supervisor watches the node's GPUs while the job runs (module_utils/_runtime/gpu_watch.py), and
+        where it reports the job's state for Prometheus.
     type: dict
     suboptions:
       sample_s:
@@ -244,6 +245,14 @@ options:
             and the other nodes stop theirs.
         type: str
         default: /dev/kmsg
+      metrics_dir:
+        description:
+          - Where the supervisor writes this node's part of the job as Prometheus metrics (C(gpufleet_job_<job>.prom))
+            each time its state changes (module_utils/_runtime/job_metrics.py), the node exporter's textfile
+            directory. Empty writes none, nor does a folder the node lacks; one that cannot be written is said once
+            in the job's events, and the job goes on.
+        type: str
+        default: ""
   scheduler:
     description:
       - C(ssh) starts the supervisor now, detached. C(slurm) prepares the job folder only, with the state C(queued)

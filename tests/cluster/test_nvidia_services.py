@@ -296,18 +296,26 @@ def test_imex_on_a_gb200_tray_installed_held_configured_running_and_the_gate_ref
                  "mv %s %s" % (FAKE_GPU, SWITCH_AWAY, FAKE_SWITCH))
 
 
-def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpufleet_s_alert_rules(systemd_node):
+def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpufleet_s_alert_rules(systemd_node, tmp_path):
     """monitor.yml on node6 (systemd), the node and the monitoring host at once (-e monitor_host): the distribution's
     node exporter and Prometheus (Debian's packages, from Debian's archive) installed and running under systemd.
     Prometheus's HTTP API, asked from the controller at the node's address: the node exporter's `up` and its own
     samples (node_load1) for node6, labelled with its inventory name, and gpufleet's alert rules loaded and healthy.
-    A second run changes nothing. With the node exporter stopped, NodeDown goes pending at the next evaluations (it
-    fires after 2 minutes, not waited for here); the exporter is started again after."""
+    A job run by a user who is not root (mlops, in node_exporter_metrics_users) is seen running, then stopped, in
+    gpufleet's own metrics (job_metrics.py, through the textfile collector). A second run changes nothing. With the
+    node exporter stopped, NodeDown goes pending at the next evaluations (it fires after 2 minutes, not waited for
+    here); the exporter is started again after."""
     node = systemd_node
     name = node.nodes[0]
     host = node.host(name)
     address = node.addresses[name]
-    args = ("-e", "monitor_host=%s" % name, "-e", "scrape_interval=1s")
+    user = "mlops"
+    added = host.run("id %s || (useradd -m -s /bin/bash %s && install -d -m 700 -o %s -g %s /home/%s/.ssh && "
+                     "install -m 600 -o %s -g %s /root/.ssh/authorized_keys /home/%s/.ssh/authorized_keys)"
+                     % ((user,) * 8))
+    assert added.rc == 0, added.stderr
+    args = ("-e", "monitor_host=%s" % name, "-e", "scrape_interval=1s",
+            "-e", json.dumps({"node_exporter_metrics_users": [user]}))
     first = node.playbook("monitor.yml", *args)
     assert first.rc == 0, first.out[-4000:]
     said = " ".join(first.out.split())
@@ -332,7 +340,33 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
     assert list(samples("node_load1")) == [name]
     rules = {rule["name"]: rule["health"] for group in api("rules")["groups"] for rule in group["rules"]}
     assert sorted(rules) == ["GpuExporterDown", "GpuHardwareXid", "GpuLost", "GpuRowRemapFailed",
-                             "GpuUncorrectableMemoryError", "NodeDown"] and set(rules.values()) == {"ok"}, rules
+                             "GpuUncorrectableMemoryError", "GpufleetJobHung", "GpufleetJobRestartingInALoop",
+                             "GpufleetNodeLostFromJob", "NodeDown"] and set(rules.values()) == {"ok"}, rules
+    # A running job's state, as Prometheus has it: a script of the standard library (no training Python here).
+    script = tmp_path / "watched.py"
+    script.write_text("import time\nprint('watched job running', flush=True)\ntime.sleep(300)\n")
+    as_user = ("-e", "job=watched", "-e", "ansible_user=%s" % user)
+    gpu_standin.install(name, {"gpus": [{}]})
+    try:
+        launched = node.playbook("train.yml", "-e", "script=%s" % script, "-e", "launcher=none", "-e", "wait=false",
+                                 "-e", "gpufleet_python=/usr/bin/python3", *as_user)
+        assert launched.rc == 0, launched.out[-4000:]
+        state = 'gpufleet_job_state{gpufleet_job="watched",state="%s"}'
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and samples(state % "running") != {name: "1"}:
+            time.sleep(1)
+        assert samples(state % "running") == {name: "1"}, host.run("ls -l /var/lib/prometheus/node-exporter").stdout
+        assert samples('gpufleet_job_attempt{gpufleet_job="watched"}') == {name: "1"}
+        written = host.file("/var/lib/prometheus/node-exporter/gpufleet_job_watched.prom")
+        assert (written.user, written.group, written.mode) == (user, "gpufleet-metrics", 0o644)
+        stopped = node.playbook("stop.yml", *as_user)
+        assert stopped.rc == 0, stopped.out[-4000:]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and samples(state % "stopped") != {name: "1"}:
+            time.sleep(1)
+        assert samples(state % "stopped") == {name: "1"} and samples(state % "running") == {name: "0"}
+    finally:
+        gpu_standin.remove(name)
     second = node.playbook("monitor.yml", *args)
     assert second.rc == 0 and second.recap()[name]["changed"] == 0, second.out[-4000:]
     assert host.run("systemctl stop prometheus-node-exporter").rc == 0

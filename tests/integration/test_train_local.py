@@ -376,9 +376,20 @@ def test_a_rank_raising_at_the_same_line_twice_is_not_restarted_a_third_time(loc
     raise_at_same_line.py:11 in each attempt; max_restarts=3 and min_progress_s=0 (the time guard off), so only the
     same place stops the restarts. The summary and the page say why."""
     env = json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo"}})
+    for node in ("node0", "node1"):  # each "node" its own textfile folder, as each server has
+        (local.root / "metrics" / node).mkdir(parents=True)
     run = local.playbook("train.yml", "-e", "script=%s/raise_at_same_line.py" % SCRIPTS, "-e", "max_restarts=3",
-                         "-e", "min_progress_s=0", "-e", env)
+                         "-e", "min_progress_s=0", "-e", env,
+                         "-e", "gpufleet_metrics_dir=%s/metrics/{{ inventory_hostname }}" % local.root)
     assert run.rc != 0
+    # Each supervisor left its part's last state as Prometheus metrics for the node exporter (job_metrics.py): node1's
+    # rank failed, node0's part was stopped for it.
+    for node, ended in (("node0", "stopped"), ("node1", "failed")):
+        metrics = (local.root / "metrics" / node / "gpufleet_job_raise_at_same_line.prom").read_text()
+        for line in ('gpufleet_job_state{gpufleet_job="raise_at_same_line",state="%s"} 1' % ended,
+                     'gpufleet_job_attempt{gpufleet_job="raise_at_same_line"} 2',
+                     'gpufleet_job_restarts{gpufleet_job="raise_at_same_line"} 1'):
+            assert line in metrics.splitlines(), metrics
     said = ("not restarting: rank 1 (node1) failed twice in a row in raise_at_same_line.py:11 with exit code 1: the "
             "script's own failure, which a restart would meet again")
     assert said in " ".join(run.out.split()), run.out[-3000:]

@@ -1,8 +1,8 @@
 """gpufleet's alert rules (roles/prometheus/files/gpufleet.rules.yml) checked by Prometheus's own promtool (taken out of
 the distribution's package by scripts/fetch-prometheus.sh, `make setup`): the rules load, every alert fires in
-tests/unit/prometheus/gpufleet.rules.test.yml and stays quiet where it must, and every DCGM name and label the rules
+tests/unit/prometheus/gpufleet.rules.test.yml and stays quiet where it must, every DCGM name and label the rules
 read is one NVIDIA's DCGM exporter serves (tests/fixtures/dcgm_exporter/: a real capture and the exporter's default
-field list)."""
+field list), and every gpufleet_* name and label one the supervisor writes (job_metrics.py)."""
 
 import os
 import re
@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from prometheus_tools import prometheus_tool, run as promtool_run
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_metrics
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import APPLICATION_XIDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,20 +66,45 @@ def test_the_xids_the_rule_leaves_out_are_the_launch_gate_s_application_xids():
     assert sorted(int(xid) for xid in left_out) == sorted(APPLICATION_XIDS)
 
 
+def labels_in(text):
+    return set(re.findall(r"[{,]([A-Za-z_]+)=\"", text))
+
+
+def read_by(prefix):
+    """The names with prefix that the rules' expressions read, and the labels the annotations of those rules use."""
+    names, labels = set(), set()
+    for rule in alerts().values():
+        expr = re.sub(r"\b(on|by|ignoring|without) \([^)]*\)", "", rule["expr"])  # label names, not metrics
+        found = set(re.findall(r"\b%s[A-Za-z0-9_]+" % prefix, expr))
+        names |= found
+        for text in rule["annotations"].values() if found else ():
+            labels |= set(re.findall(r"\$labels\.([A-Za-z_]+)", text))
+    return names, labels
+
+
+# The labels the role's scrape configuration gives every target (prometheus.server_config), and Prometheus's own.
+SCRAPE_LABELS = {"node", "instance", "job"}
+
+
 def test_every_dcgm_name_and_label_the_rules_read_is_one_the_exporter_serves():
     with open(os.path.join(EXPORTER, "default-counters.csv")) as handle:
         served = {line.split(",")[0].strip() for line in handle if line.strip() and not line.startswith("#")}
     with open(os.path.join(EXPORTER, "metrics-tesla-t4.txt")) as handle:
         capture = handle.read()
-    captured_labels = set(re.findall(r"[{,]([A-Za-z_]+)=\"", capture))
-    read = set()
-    labels = set()
-    for rule in alerts().values():
-        read |= set(re.findall(r"\bDCGM_[A-Z0-9_]+", rule["expr"]))
-        for text in rule["annotations"].values():
-            labels |= set(re.findall(r"\$labels\.([A-Za-z_]+)", text))
+    read, labels = read_by("DCGM_")
     assert read and read <= served, read - served
     assert {"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP"} <= read and all(
         "# TYPE %s " % name in capture for name in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP"))
-    # The exporter's own labels, and those the role's scrape configuration gives every target.
-    assert labels - {"node", "instance"} <= captured_labels, labels - captured_labels
+    assert labels - SCRAPE_LABELS <= labels_in(capture), labels - labels_in(capture)
+
+
+def test_every_gpufleet_name_and_label_the_rules_read_is_one_the_supervisor_writes():
+    """job_metrics.render of a part that hung after losing a peer, in its second attempt: the names and labels the
+    rules read are among what it writes."""
+    record = {"state": "hung", "attempt": 2, "restarts_used": 1, "max_restarts": 3, "node_rank": 1,
+              "members": [["node1"], ["node2"]], "started_at": 1.0, "peers_lost": {"node3": 2.0}}
+    written = job_metrics.render("train", record, 10.0)
+    read, labels = read_by("gpufleet_")
+    assert {"gpufleet_job_state", "gpufleet_job_peer_lost", "gpufleet_job_attempt"} <= read
+    assert all("# TYPE %s gauge" % name in written for name in read), [n for n in read if n not in written]
+    assert labels - SCRAPE_LABELS <= labels_in(written) == {"gpufleet_job", "state", "peer"}, labels

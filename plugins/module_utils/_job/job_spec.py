@@ -81,6 +81,9 @@ class JobSpec:
     # kernel's messages are followed for new XIDs.
     health_sample_s: float = Defaults.GPU_SAMPLE_S
     health_kernel_log: str = "/dev/kmsg"
+    # Where the supervisor writes the part's state as Prometheus metrics for the node exporter (job_metrics.py); empty:
+    # nowhere.
+    health_metrics_dir: str = ""
     container_engine: str = ""
     container_image: str = ""
     container_image_id: str = ""

@@ -54,6 +54,7 @@ GROUPS: dict[str, dict] = {
     "health": {
         "sample_s": {"type": "float", "default": Defaults.GPU_SAMPLE_S},
         "kernel_log": {"type": "str", "default": "/dev/kmsg"},
+        "metrics_dir": {"type": "str", "default": ""},
     },
     "slurm": {
         "node": {"type": "str", "required": True},

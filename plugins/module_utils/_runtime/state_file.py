@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The one writer of a node's record of its part of a job: state.json (its events inside it) and exit_code.
+"""The one writer of a node's record of its part of a job: state.json (its events inside it) and exit_code, and the
+same record as Prometheus metrics where the launch names a folder for them (job_metrics.py).
 
 The supervisor saves through it; the launch writes a queued part's first state and clears the last run's records;
 a stop records the end of a part whose supervisor is gone. Each change of state is checked against TRANSITIONS, the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_metrics import JobMetrics
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import read_json, write_json_atomic
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     ENDED_STATES,
@@ -61,8 +63,10 @@ def allowed(before: str | None, after: str) -> bool:
 class StateFile:
     """A job folder's state.json and exit_code, written whole (atomically), each change of state checked."""
 
-    def __init__(self, job_dir: str, run_id: str | None = None) -> None:
+    def __init__(self, job_dir: str, run_id: str | None = None, metrics_dir: str = "") -> None:
         self.path = os.path.join(job_dir, STATE_FILE)
+        # The same record as Prometheus metrics, where the node exporter reads them (job_metrics.py).
+        self.metrics = JobMetrics(metrics_dir, os.path.basename(os.path.normpath(job_dir)))
         self.exit_code_path = os.path.join(job_dir, EXIT_CODE_FILE)
         on_disk = read_json(self.path) or {}
         # The state this run's record is in: none where the folder holds another run's (or none).
@@ -80,6 +84,9 @@ class StateFile:
             if os.environ.get(STRICT_ENV):
                 raise StateTransitionError(said)
             state.setdefault("events", []).append([round(time.time(), 3), "gpufleet defect: %s" % said])
+        problem = self.metrics.write(state)
+        if problem:
+            state.setdefault("events", []).append([round(time.time(), 3), problem])
         write_json_atomic(self.path, state)
         self.current = after if after is not None else self.current
 

@@ -109,7 +109,7 @@ class Supervisor:
             "supervisor_pid": os.getpid(), "supervisor_start_ticks": proc_start_ticks(os.getpid()),
             "started_at": time.time(), "attempt": 1, "max_restarts": self.max_restarts, "attempts": [],
         }
-        self.state_file = StateFile(job_dir, self.run_id)  # the one writer of state.json and exit_code
+        self.state_file = StateFile(job_dir, self.run_id, str(spec.get("health_metrics_dir") or ""))  # state.json
         self.events = Events(self.state)  # what happened when, for the job's timeline (job_events.py)
         self.ranks = RankWatch(self.token, self._rank_ended)  # the run's ranks, and when the first ended
         self.first_failure = FirstFailure(os.path.join(job_dir, LOG_FILE), str(spec.get("launcher") or "torchrun"))

@@ -91,6 +91,8 @@ def test_the_server_configuration_scrapes_every_node_by_its_address_and_promtool
     written = tmp_path / "prometheus.yml"
     written.write_text(yaml.safe_dump(dict(config, rule_files=[str(rules)])))
     done = run(prometheus_tool("promtool"), "check", "config", str(written))
-    assert done.returncode == 0 and "SUCCESS: 6 rules found" in done.stdout, done.stdout + done.stderr
+    with open(str(rules)) as handle:
+        count = sum(1 for line in handle if line.strip().startswith("- alert:"))
+    assert done.returncode == 0 and "SUCCESS: %d rules found" % count in done.stdout, done.stdout + done.stderr
     assert prometheus.server_args("15d", "", 9090) == "--storage.tsdb.retention.time=15d --web.listen-address=:9090"
     assert prometheus.server_args("30d", "2TB", 9091).endswith(" --storage.tsdb.retention.size=2TB")
