@@ -247,7 +247,7 @@ options:
         default: /dev/kmsg
       metrics_dir:
         description:
-          - Where the supervisor writes this node's part of the job as Prometheus metrics (C(gpufleet_job_<job>.prom))
+          - Where the supervisor writes this node's part of the job as Prometheus metrics (C(gpufleet_job_<user>_<job>.prom))
             each time its state changes (module_utils/_runtime/job_metrics.py), the node exporter's textfile
             directory. Empty writes none, nor does a folder the node lacks; one that cannot be written is said once
             in the job's events, and the job goes on.

@@ -357,7 +357,7 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
             time.sleep(1)
         assert samples(state % "running") == {name: "1"}, host.run("ls -l /var/lib/prometheus/node-exporter").stdout
         assert samples('gpufleet_job_attempt{gpufleet_job="watched"}') == {name: "1"}
-        written = host.file("/var/lib/prometheus/node-exporter/gpufleet_job_watched.prom")
+        written = host.file("/var/lib/prometheus/node-exporter/gpufleet_job_mlops_watched.prom")
         assert (written.user, written.group, written.mode) == (user, "gpufleet-metrics", 0o644)
         stopped = node.playbook("stop.yml", *as_user)
         assert stopped.rc == 0, stopped.out[-4000:]

@@ -385,10 +385,10 @@ def test_a_rank_raising_at_the_same_line_twice_is_not_restarted_a_third_time(loc
     # Each supervisor left its part's last state as Prometheus metrics for the node exporter (job_metrics.py): node1's
     # rank failed, node0's part was stopped for it.
     for node, ended in (("node0", "stopped"), ("node1", "failed")):
-        metrics = (local.root / "metrics" / node / "gpufleet_job_raise_at_same_line.prom").read_text()
-        for line in ('gpufleet_job_state{gpufleet_job="raise_at_same_line",state="%s"} 1' % ended,
-                     'gpufleet_job_attempt{gpufleet_job="raise_at_same_line"} 2',
-                     'gpufleet_job_restarts{gpufleet_job="raise_at_same_line"} 1'):
+        metrics = (local.root / "metrics" / node / "gpufleet_job_root_raise_at_same_line.prom").read_text()
+        for line in ('gpufleet_job_state{gpufleet_job="raise_at_same_line",user="root",state="%s"} 1' % ended,
+                     'gpufleet_job_attempt{gpufleet_job="raise_at_same_line",user="root"} 2',
+                     'gpufleet_job_restarts{gpufleet_job="raise_at_same_line",user="root"} 1'):
             assert line in metrics.splitlines(), metrics
     said = ("not restarting: rank 1 (node1) failed twice in a row in raise_at_same_line.py:11 with exit code 1: the "
             "script's own failure, which a restart would meet again")

@@ -103,8 +103,8 @@ def test_every_gpufleet_name_and_label_the_rules_read_is_one_the_supervisor_writ
     rules read are among what it writes."""
     record = {"state": "hung", "attempt": 2, "restarts_used": 1, "max_restarts": 3, "node_rank": 1,
               "members": [["node1"], ["node2"]], "started_at": 1.0, "peers_lost": {"node3": 2.0}}
-    written = job_metrics.render("train", record, 10.0)
+    written = job_metrics.render("train", "alice", record, 10.0)
     read, labels = read_by("gpufleet_")
     assert {"gpufleet_job_state", "gpufleet_job_peer_lost", "gpufleet_job_attempt"} <= read
     assert all("# TYPE %s gauge" % name in written for name in read), [n for n in read if n not in written]
-    assert labels - SCRAPE_LABELS <= labels_in(written) == {"gpufleet_job", "state", "peer"}, labels
+    assert labels - SCRAPE_LABELS <= labels_in(written) == {"gpufleet_job", "user", "state", "peer"}, labels

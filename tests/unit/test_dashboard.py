@@ -38,7 +38,7 @@ def served():
         dcgm = {line.split(",")[0].strip() for line in handle if line.strip() and not line.startswith("#")}
     with open(os.path.join(EXPORTER, "metrics-tesla-t4.txt")) as handle:
         capture = handle.read()
-    written = job_metrics.render("train", {"state": "running", "members": [["a"]], "started_at": 1.0,
+    written = job_metrics.render("train", "alice", {"state": "running", "members": [["a"]], "started_at": 1.0,
                                            "peers_lost": {"b": 1.0}}, 2.0)
     names = dcgm | set(re.findall(r"^# TYPE (\S+) ", written, re.M)) | {"up"}
     labels = set(re.findall(r"[{,]([A-Za-z_]+)=\"", capture + written)) | SCRAPE_LABELS

@@ -5,18 +5,20 @@
 """A node's part of a job as Prometheus metrics, for the node exporter's textfile collector.
 
 Each time the part's record (state.json) is written, state_file.py has this write the same facts as
-``gpufleet_job_<job>.prom`` into the job's metrics folder (job_metrics_dir: the distribution's textfile directory,
+``gpufleet_job_<user>_<job>.prom`` into the job's metrics folder (job_metrics_dir: the distribution's textfile directory,
 /var/lib/prometheus/node-exporter, which monitor.yml's node_exporter role lets its writers' group write), so that
 Prometheus reads them with the node's own samples, labelled with the node. The file is written whole and renamed
 into place (the collector never reads half of it) and readable by all (the exporter runs as its own user). It is
 left with the part's last state when the part ends: the alert rules (roles/prometheus/files/gpufleet.rules.yml)
-look at how recent it is. The label ``gpufleet_job`` names the job (``job`` is Prometheus's own: the scrape job's).
+look at how recent it is. The label ``gpufleet_job`` names the job (``job`` is Prometheus's own: the scrape job's),
+``user`` the user who runs it: two users' jobs of one name on one node are two files and two series.
 Shipped to the nodes as part of the supervisor; standard library only, Python 3.8+.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import time
 
@@ -25,7 +27,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
 # The states a node's part of a job can be in (a record's, not the controller's own: lost, absent, unreachable).
 PART_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.RESTARTING,
                JobState.STANDBY, JobState.UNUSED, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.HUNG)
-METRICS_FILE = "gpufleet_job_%s.prom"
+METRICS_FILE = "gpufleet_job_%s_%s.prom"  # the user, the job
 # (name, type, help, the value from a part's record)
 _GAUGES = (
     ("gpufleet_job_attempt", "gauge", "The attempt this node's part of the job is in (1, then one more a restart).",
@@ -49,9 +51,9 @@ def _metric_label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def render(job: str, record: dict, now: float) -> str:
+def render(job: str, user: str, record: dict, now: float) -> str:
     """The Prometheus text format of a node's part of a job, from its record (state.json's content)."""
-    name = _metric_label(job)
+    name = '%s",user="%s' % (_metric_label(job), _metric_label(user))  # the labels every series carries
     lines = ["# HELP gpufleet_job_state The state of this node's part of the job: 1 for the state it is in.",
              "# TYPE gpufleet_job_state gauge"]
     lines += ['gpufleet_job_state{gpufleet_job="%s",state="%s"} %d' % (name, state, int(record.get("state") == state))
@@ -83,7 +85,9 @@ class JobMetrics:
     def __init__(self, folder: str | None, job: str) -> None:
         # No folder (no node exporter on the node): nothing to write, nothing to say.
         usable = bool(folder) and os.path.isdir(str(folder))
-        self.path = os.path.join(str(folder), METRICS_FILE % re.sub(r"[^A-Za-z0-9_.-]", "_", job)) if usable else None
+        self.user = _user()
+        self.path = os.path.join(str(folder), METRICS_FILE % tuple(
+            re.sub(r"[^A-Za-z0-9_.-]", "_", name) for name in (self.user, job))) if usable else None
         self.job = job
         self.problem: str | None = None
 
@@ -94,7 +98,7 @@ class JobMetrics:
         temporary = "%s.%d.tmp" % (self.path, os.getpid())  # not *.prom: the collector reads only those
         try:
             with open(temporary, "w") as handle:
-                handle.write(render(self.job, record, time.time()))
+                handle.write(render(self.job, self.user, record, time.time()))
             os.chmod(temporary, 0o644)
             os.replace(temporary, self.path)
         except OSError as exc:
@@ -106,3 +110,11 @@ class JobMetrics:
                 pass
             return self.problem
         return None
+
+
+def _user() -> str:
+    """The name of the user this process runs as (its uid where the name is unknown)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())

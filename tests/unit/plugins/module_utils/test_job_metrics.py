@@ -16,34 +16,33 @@ RECORD = {"job": "train", "state": "running", "attempt": 2, "restarts_used": 1, 
 
 
 def test_a_running_part_s_metrics_name_its_state_attempt_restarts_and_the_peer_it_lost():
-    text = job_metrics.render("train", RECORD, 1764400200.125)
+    text = job_metrics.render("train", "alice", RECORD, 1764400200.125)
     lines = [line for line in text.splitlines() if not line.startswith("#")]
-    assert 'gpufleet_job_state{gpufleet_job="train",state="running"} 1' in lines
+    labels = 'gpufleet_job="train",user="alice"'
+    assert 'gpufleet_job_state{%s,state="running"} 1' % labels in lines
     assert sum(line.startswith("gpufleet_job_state{") and line.endswith(" 1") for line in lines) == 1
     assert len([line for line in lines if line.startswith("gpufleet_job_state{")]) == len(job_metrics.PART_STATES)
-    for expected in ('gpufleet_job_attempt{gpufleet_job="train"} 2', 'gpufleet_job_restarts{gpufleet_job="train"} 1',
-                     'gpufleet_job_max_restarts{gpufleet_job="train"} 3', 'gpufleet_job_nodes{gpufleet_job="train"} 2',
-                     'gpufleet_job_node_rank{gpufleet_job="train"} 1', 'gpufleet_job_gpu_fault{gpufleet_job="train"} 0',
-                     'gpufleet_job_started_timestamp_seconds{gpufleet_job="train"} 1764400000.25',
-                     'gpufleet_job_peer_lost{gpufleet_job="train",peer="node3"} 1',
-                     'gpufleet_job_updated_timestamp_seconds{gpufleet_job="train"} 1764400200.125'):
-        assert expected in lines, (expected, text)
+    for name, value in (("attempt", "2"), ("restarts", "1"), ("max_restarts", "3"), ("nodes", "2"), ("node_rank", "1"),
+                        ("gpu_fault", "0"), ("started_timestamp_seconds", "1764400000.25"),
+                        ("updated_timestamp_seconds", "1764400200.125")):
+        assert "gpufleet_job_%s{%s} %s" % (name, labels, value) in lines, (name, text)
+    assert 'gpufleet_job_peer_lost{%s,peer="node3"} 1' % labels in lines
 
 
 def test_promtool_reads_the_text_as_prometheus_s_exposition_format_and_finds_nothing_to_lint():
     for record in (RECORD, {"state": "queued"}, dict(RECORD, state="hung", gpu_fault=[0, 79], peers_lost={})):
         done = run(prometheus_tool("promtool"), "check", "metrics", input_text=job_metrics.render(
-            'a "quoted" job\\', record, 5.0))
+            'a "quoted" job\\', "bob", record, 5.0))
         assert done.returncode == 0 and done.stdout + done.stderr == "", done.stdout + done.stderr
 
 
 def test_the_file_is_replaced_whole_readable_by_the_exporter_and_named_after_the_job(tmp_path):
     metrics = job_metrics.JobMetrics(str(tmp_path), "my job/1")
     assert metrics.write(RECORD) is None
-    written = tmp_path / "gpufleet_job_my_job_1.prom"
+    written = tmp_path / "gpufleet_job_root_my_job_1.prom"
     assert stat.S_IMODE(os.stat(written).st_mode) == 0o644
-    assert 'gpufleet_job="my job/1"' in written.read_text()
-    assert sorted(os.listdir(tmp_path)) == ["gpufleet_job_my_job_1.prom"]  # no temporary file left
+    assert 'gpufleet_job="my job/1",user="root"' in written.read_text()  # the tests run as root
+    assert sorted(os.listdir(tmp_path)) == ["gpufleet_job_root_my_job_1.prom"]  # no temporary file left
 
 
 def test_a_node_without_the_folder_is_left_alone_and_says_nothing(tmp_path):
@@ -59,7 +58,7 @@ def test_a_folder_that_cannot_be_written_is_said_once_in_the_part_s_events_and_t
     job_dir.mkdir(parents=True)
     # What the rename needs cannot be made: a folder where the temporary file would go (the tests run as root, whom
     # file modes do not stop).
-    (folder / ("gpufleet_job_train.prom.%d.tmp" % os.getpid())).mkdir()
+    (folder / ("gpufleet_job_root_train.prom.%d.tmp" % os.getpid())).mkdir()
     states = StateFile(str(job_dir), "run-1", str(folder))
     states.write(dict(RECORD, state="starting", events=[]))
     states.write(dict(states.read(), state="running"))
@@ -69,7 +68,7 @@ def test_a_folder_that_cannot_be_written_is_said_once_in_the_part_s_events_and_t
         "job metrics not written to %s: Is a directory (job_metrics_dir; monitor.yml's node_exporter role lets "
         "node_exporter_metrics_users write there)" % folder], events
     assert states.read()["state"] == "succeeded"
-    assert not (folder / "gpufleet_job_train.prom").exists()
+    assert not (folder / "gpufleet_job_root_train.prom").exists()
 
 
 def test_the_record_s_writer_writes_the_metrics_of_each_state_it_records(tmp_path):
@@ -77,7 +76,7 @@ def test_the_record_s_writer_writes_the_metrics_of_each_state_it_records(tmp_pat
     job_dir.mkdir()
     states = StateFile(str(job_dir), "run-1", str(tmp_path))
     states.write(dict(RECORD, state="starting", events=[]))
-    assert 'state="starting"} 1' in (tmp_path / "gpufleet_job_train.prom").read_text()
+    assert 'state="starting"} 1' in (tmp_path / "gpufleet_job_root_train.prom").read_text()
     states.write(dict(states.read(), state="running"))
-    text = (tmp_path / "gpufleet_job_train.prom").read_text()
+    text = (tmp_path / "gpufleet_job_root_train.prom").read_text()
     assert 'state="running"} 1' in text and 'state="starting"} 0' in text
