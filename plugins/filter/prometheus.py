@@ -20,8 +20,9 @@ description:
     or an empty string. A missing or unknown monitoring host; a
     node group without hosts; a scrape interval or retention time that Prometheus would not read as a duration
     (C(1.5m), C(15)) or that is zero; a retention size Prometheus would not read (C(10gb)) or that is negative.
-  - The filters C(prometheus_config) (the server's prometheus.yml, as a dict) and C(prometheus_args) (the ARGS of the
-    distribution's /etc/default/prometheus) come from the same file.
+  - The filters C(prometheus_config) (the server's prometheus.yml, as a dict), C(prometheus_args) (the ARGS of the
+    distribution's /etc/default/prometheus) and C(port_error) (why a variable is not a port, named as
+    C(value | gpufleet.cluster.port_error('node_exporter_port'))) come from the same file.
 options:
   _input:
     description: The monitoring host's inventory name; empty when none is named.
@@ -71,6 +72,10 @@ def prometheus_settings_error(monitor_host: Any, inventory_hosts: Any, nodes: An
                                      [str(node) for node in nodes or []], dict(durations or {}), dict(sizes or {}))
 
 
+def port_error(value: Any, variable: str) -> str:
+    return prometheus.port_error(str(variable), value)
+
+
 def prometheus_config(nodes: Any, node_exporter_port: Any, scrape_interval: Any, listen_port: Any = 9090,
                       extra_scrape_configs: Any = None) -> dict[str, Any]:
     config = prometheus.server_config(list(nodes or []), int(node_exporter_port), str(scrape_interval),
@@ -88,4 +93,4 @@ class FilterModule:
 
     def filters(self) -> dict:
         return {"prometheus_settings_error": prometheus_settings_error, "prometheus_config": prometheus_config,
-                "prometheus_args": prometheus_args}
+                "prometheus_args": prometheus_args, "port_error": port_error}

@@ -28,21 +28,21 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_stat
 PART_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.STOPPING, JobState.RESTARTING,
                JobState.STANDBY, JobState.UNUSED, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED, JobState.HUNG)
 METRICS_FILE = "gpufleet_job_%s_%s.prom"  # the user, the job
-# (name, type, help, the value from a part's record)
+# (name, help, the value from a part's record); all gauges
 _GAUGES = (
-    ("gpufleet_job_attempt", "gauge", "The attempt this node's part of the job is in (1, then one more a restart).",
+    ("gpufleet_job_attempt", "The attempt this node's part of the job is in (1, then one more a restart).",
      lambda record: record.get("attempt") or 1),
-    ("gpufleet_job_restarts", "gauge", "The restarts this job has used (of gpufleet_job_max_restarts).",
+    ("gpufleet_job_restarts", "The restarts this job has used (of gpufleet_job_max_restarts).",
      lambda record: record.get("restarts_used") or 0),
-    ("gpufleet_job_max_restarts", "gauge", "The restarts this job may use.",
+    ("gpufleet_job_max_restarts", "The restarts this job may use.",
      lambda record: record.get("max_restarts") or 0),
-    ("gpufleet_job_node_rank", "gauge", "This node's node rank in the job's current attempt.",
+    ("gpufleet_job_node_rank", "This node's node rank in the job's current attempt.",
      lambda record: record.get("node_rank") or 0),
-    ("gpufleet_job_nodes", "gauge", "The nodes the job's current attempt runs on.",
+    ("gpufleet_job_nodes", "The nodes the job's current attempt runs on.",
      lambda record: len(record.get("members") or []) or None),
-    ("gpufleet_job_gpu_fault", "gauge", "1 when one of this node's GPUs faulted during the job (an XID).",
+    ("gpufleet_job_gpu_fault", "1 when one of this node's GPUs faulted during the job (an XID).",
      lambda record: 1 if record.get("gpu_fault") else 0),
-    ("gpufleet_job_started_timestamp_seconds", "gauge", "When this node's part of the job started.",
+    ("gpufleet_job_started_timestamp_seconds", "When this node's part of the job started.",
      lambda record: record.get("started_at")),
 )
 
@@ -58,10 +58,10 @@ def render(job: str, user: str, record: dict, now: float) -> str:
              "# TYPE gpufleet_job_state gauge"]
     lines += ['gpufleet_job_state{gpufleet_job="%s",state="%s"} %d' % (name, state, int(record.get("state") == state))
               for state in PART_STATES]
-    for metric, kind, text, read in _GAUGES:
+    for metric, text, read in _GAUGES:
         value = read(record)
         if value is not None:
-            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s %s" % (metric, kind),
+            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric,
                       '%s{gpufleet_job="%s"} %s' % (metric, name, _metric_number(value))]
     lines += ["# HELP gpufleet_job_peer_lost A node this node's part of the job lost: 1 for each.",
               "# TYPE gpufleet_job_peer_lost gauge"]

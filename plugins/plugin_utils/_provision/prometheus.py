@@ -8,7 +8,7 @@ reads them before anything is changed, and its configuration, scrape targets fro
 Prometheus reads a duration (scrape_interval, --storage.tsdb.retention.time) with common/model's ParseDuration:
 units y, w, d, h, m, s, ms, each at most once and in that order, integers only ("1.5m" and "15" are refused); and a
 size (--storage.tsdb.retention.size) with alecthomas/units' base-2 byte units (B, KB ... EB, KiB ... EiB, a
-number before each, "0" alone). tests/unit/plugins/plugin_utils/test_prometheus.py holds these readings against
+number before each, "0" alone). tests/unit/plugins/plugin_utils/test_prometheus_settings.py holds these readings against
 the distribution's own promtool and prometheus binaries.
 """
 
@@ -48,6 +48,14 @@ def size_error(variable: str, value: Any) -> str:
     if text and not _SIZE.match(text):
         return ("%s: %r is not a size Prometheus reads (a number with B, KB, MB, GB, TB, PB or EB, e.g. 512MB or 2TB; "
                 "upper case)" % (variable, text))
+    return ""
+
+
+def port_error(variable: str, value: Any) -> str:
+    """Why value is not a TCP port a server may listen on, naming the variable; '' when it is one."""
+    text = str(value if value is not None else "").strip()
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        return "%s: %s is not a port (1-65535)" % (variable, text)
     return ""
 
 

@@ -96,3 +96,10 @@ def test_the_server_configuration_scrapes_every_node_by_its_address_and_promtool
     assert done.returncode == 0 and "SUCCESS: %d rules found" % count in done.stdout, done.stdout + done.stderr
     assert prometheus.server_args("15d", "", 9090) == "--storage.tsdb.retention.time=15d --web.listen-address=:9090"
     assert prometheus.server_args("30d", "2TB", 9091).endswith(" --storage.tsdb.retention.size=2TB")
+
+
+def test_a_port_is_a_whole_number_from_1_to_65535_named_by_its_variable():
+    assert [prometheus.port_error("prometheus_port", value) for value in (1, "9090", 65535)] == ["", "", ""]
+    for value in (0, 65536, "90x", "", None, -1):
+        assert prometheus.port_error("node_exporter_port", value) == (
+            "node_exporter_port: %s is not a port (1-65535)" % ("" if value is None else value))
