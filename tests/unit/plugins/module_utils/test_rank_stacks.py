@@ -19,7 +19,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_proc
 
 # A token unique to this test session: two sessions on one machine must not read each other's "ranks".
 TOKEN = "t-%s.0" % uuid.uuid4().hex[:8]
-STUCK = "import time\ndef stuck_in_here():\n    time.sleep(600)\nprint('ready', flush=True)\nstuck_in_here()\n"
+# 'ready' is said from inside stuck_in_here (line 3), so that a stack taken once a rank said it is in stuck_in_here:
+# said before the call, a loaded machine could take it between the two, at <module>.
+STUCK = "import time\ndef stuck_in_here():\n    print('ready', flush=True); time.sleep(600)\nstuck_in_here()\n"
 
 
 @pytest.fixture
