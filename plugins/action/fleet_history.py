@@ -14,7 +14,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import fleet_history as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import history
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import history, standing_metrics
 
 display = Display()
 
@@ -38,10 +38,14 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=str(exc), history=path)
             return result
         if released:
-            history.append(path, [released])
+            if not self._task.check_mode:
+                history.append(path, [released])
             records.append(released)
         standing = history.standing(records, nodes, after, window_s)
-        display.display("The fleet's history (%s), hardware faults within %s, %d quarantine a node\n%s"
-                        % (path, window, after, history.standing_table(standing)))
-        result.update(changed=bool(released), nodes=standing, released=released, history=path)
+        display.display("The fleet's history (%s), hardware faults within %s, %d quarantine a node%s\n%s"
+                        % (path, window, after, " (check mode: the release as it would be; nothing recorded)"
+                           if released and self._task.check_mode else "", history.standing_table(standing)))
+        result.update(changed=bool(released), nodes=standing, released=released, history=path,
+                      metrics={released["node"]: {standing_metrics.STANDING_FILE: standing_metrics.standing(
+                          standing[released["node"]], after)}} if released else {})
         return result

@@ -8,6 +8,7 @@ fleet's history (plugin_utils/_control/health_check.py)."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -15,7 +16,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.modules import health_check as documentation
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import action_args
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, history, node_plan
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, history, node_plan, standing_metrics
 
 display = Display()
 
@@ -43,7 +44,8 @@ class ActionModule(ActionBase):
             python="", container_engine="")  # a GPU held by a job is allowed: health_check.judge()
         checks = health_check.judge(hosts, dict(args["probes"] or {}), dict(args["dcgm"] or {}), settings,
                                     args["dcgm_level"])
-        new = health_check.records(checks, records)
+        now = time.time()
+        new = health_check.records(checks, records, at=now)
         if not self._task.check_mode:
             history.append(path, new)
             records += new
@@ -58,5 +60,9 @@ class ActionModule(ActionBase):
                             "findings": [finding.message(host) for finding in check.all()]}
                      for host, check in checks.items()},
             recorded=[entry for entry in new if entry["kind"] == "fault"] if not self._task.check_mode else [],
-            quarantined=sorted(history.quarantined(standing)))
+            quarantined=sorted(history.quarantined(standing)),
+            metrics={host: {standing_metrics.STANDING_FILE: standing_metrics.standing(standing[host], after),
+                            standing_metrics.HEALTH_FILE: standing_metrics.health(check, now,
+                                                                                  (args["probes"] or {}).get(host))}
+                     for host, check in checks.items()})
         return result

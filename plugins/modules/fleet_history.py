@@ -64,7 +64,14 @@ nodes:
   returned: always
   type: dict
 released:
-  description: The release record written, or null.
+  description: The release record written (in check mode, that would be), or null.
+  returned: always
+  type: dict
+metrics:
+  description:
+    - The released node's standing as M(gpufleet.cluster.node_metrics) writes it for its node exporter
+      (C(gpufleet_node_standing.prom), C(plugin_utils/_control/standing_metrics.py)), by node; empty without
+      O(release).
   returned: always
   type: dict
 history:

@@ -95,6 +95,14 @@ quarantined:
   returned: success
   type: list
   elements: str
+metrics:
+  description:
+    - Per checked host, the files M(gpufleet.cluster.node_metrics) writes for its node exporter, by name, in
+      Prometheus's text format (C(plugin_utils/_control/standing_metrics.py)) - C(gpufleet_node_standing.prom), its
+      standing after this check, and C(gpufleet_node_health.prom), this check's result and findings ('' for a host
+      not checked).
+  returned: success
+  type: dict
 table:
   description: The table printed, as lines.
   returned: success

@@ -341,7 +341,8 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
     rules = {rule["name"]: rule["health"] for group in api("rules")["groups"] for rule in group["rules"]}
     assert sorted(rules) == ["GpuExporterDown", "GpuHardwareXid", "GpuLost", "GpuRowRemapFailed",
                              "GpuUncorrectableMemoryError", "GpufleetJobHung", "GpufleetJobRestartingInALoop",
-                             "GpufleetNodeLostFromJob", "NodeDown"] and set(rules.values()) == {"ok"}, rules
+                             "GpufleetNodeFailedHealthCheck", "GpufleetNodeLostFromJob", "GpufleetNodeQuarantined",
+                             "InfinibandPortDown", "NodeDown", "NvlinkDown"] and set(rules.values()) == {"ok"}, rules
     # A running job's state, as Prometheus has it: a script of the standard library (no training Python here).
     script = tmp_path / "watched.py"
     script.write_text("import time\nprint('watched job running', flush=True)\ntime.sleep(300)\n")

@@ -34,9 +34,22 @@ def port_down(tmp_path):
             "-e", json.dumps({"gpufleet_env_files": [str(env)]})]
 
 
+def metrics(local, node, name):
+    """A node's metrics file as its node exporter would read it: {'name{labels}': value}."""
+    path = local.nodes / node / "metrics" / name
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in path.read_text().splitlines()
+            if line and not line.startswith("#")}
+
+
 def test_health_records_each_check_and_a_standing_fault_once_and_quarantine_follows(local, tmp_path):
-    healthy = local.playbook("health.yml")
+    # node0 has a node exporter's textfile folder (monitor.yml's), node1 none: it gets no metrics, and no error.
+    (local.nodes / "node0" / "metrics").mkdir(parents=True)
+    exporter = ("-e", "gpufleet_metrics_dir=%s/{{ inventory_hostname }}/metrics" % local.nodes)
+    healthy = local.playbook("health.yml", *exporter)
     assert healthy.rc == 0, healthy.out[-3000:]
+    assert metrics(local, "node0", "gpufleet_node_health.prom")['gpufleet_node_health_check_result{result="passed"}'] == 1
+    assert metrics(local, "node0", "gpufleet_node_standing.prom")['gpufleet_node_state{state="in_service"}'] == 1
+    assert not (local.nodes / "node1" / "metrics").exists()
     assert [(r["node"], r["kind"], r["result"], r["fact"]) for r in records(local)] == [
         ("node0", "check", "passed", "healthy (no GPU)"), ("node1", "check", "passed", "healthy (no GPU)")]
     shown = local.playbook("fleet.yml")
@@ -59,9 +72,13 @@ def test_health_records_each_check_and_a_standing_fault_once_and_quarantine_foll
         ("node0", "network", "mlx5_2 port 1", "llm"), ("node1", "network", "mlx5_2 port 1", "llm")]
     assert not any(local.nodes.rglob("llm")), "a node was touched"
 
-    # health.yml sees the same fault again: a new check each, no new fault.
-    again = local.playbook("health.yml", *port_down(tmp_path))
+    # health.yml sees the same fault again: a new check each, no new fault; node0's exporter is told of the check.
+    again = local.playbook("health.yml", *port_down(tmp_path), *exporter)
     assert again.rc != 0
+    told = metrics(local, "node0", "gpufleet_node_health.prom")
+    assert told['gpufleet_node_health_check_result{result="refused"}'] == 1, again.out[-3000:]
+    assert told['gpufleet_node_health_check_findings{class="network",verdict="refused"}'] == 1
+    assert metrics(local, "node0", "gpufleet_node_standing.prom")['gpufleet_node_hardware_faults{class="network"}'] == 1
     assert [(r["node"], r["kind"], r.get("result")) for r in records(local)[4:]] == [
         ("node0", "check", "refused"), ("node1", "check", "refused")], again.out[-3000:]
     assert "in service (1 fault)" in again.out
@@ -72,8 +89,17 @@ def test_health_records_each_check_and_a_standing_fault_once_and_quarantine_foll
     said = " ".join(refused.out.split())
     assert refused.rc != 0 and "node0 is quarantined: 1 hardware faults within 7d" in said, said[-3000:]
     assert "(job llm): the link is not up" in said
-    released = local.playbook("fleet.yml", "-e", "release=node0", *strict)
+    quarantined = local.playbook("health.yml", *strict, *exporter)
+    assert metrics(local, "node0", "gpufleet_node_standing.prom")['gpufleet_node_state{state="quarantined"}'] == 1, \
+        quarantined.out[-3000:]
+    # fleet.yml's release in check mode records nothing; the release itself tells node0's exporter.
+    checked = local.playbook("fleet.yml", "--check", "-e", "release=node0", *strict, *exporter)
+    assert checked.rc == 0 and records(local)[-1]["kind"] == "check", checked.out[-3000:]
+    assert "check mode: the release as it would be; nothing recorded" in checked.out
+    assert metrics(local, "node0", "gpufleet_node_standing.prom")['gpufleet_node_state{state="quarantined"}'] == 1
+    released = local.playbook("fleet.yml", "-e", "release=node0", *strict, *exporter)
     assert released.rc == 0 and records(local)[-1]["kind"] == "release", released.out[-3000:]
+    assert metrics(local, "node0", "gpufleet_node_standing.prom")['gpufleet_node_state{state="in_service"}'] == 1
     assert os.path.exists(local.logs / "history.jsonl")
 
 

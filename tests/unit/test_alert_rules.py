@@ -2,7 +2,9 @@
 the distribution's package by scripts/fetch-prometheus.sh, `make setup`): the rules load, every alert fires in
 tests/unit/prometheus/gpufleet.rules.test.yml and stays quiet where it must, every DCGM name and label the rules
 read is one NVIDIA's DCGM exporter serves (tests/fixtures/dcgm_exporter/: a real capture and the exporter's default
-field list), and every gpufleet_* name and label one the supervisor writes (job_metrics.py)."""
+field list), every gpufleet_job_* name and label one the supervisor writes (job_metrics.py), every gpufleet_node_*
+one health.yml writes (standing_metrics.py), and every node_* one the node exporter serves
+(tests/fixtures/node_exporter/: its own end-to-end output)."""
 
 import os
 import re
@@ -13,6 +15,7 @@ import yaml
 from prometheus_tools import prometheus_tool, run as promtool_run
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_metrics
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gpu_health import APPLICATION_XIDS
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, history, standing_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(REPO, "roles", "prometheus", "files", "gpufleet.rules.yml")
@@ -104,7 +107,32 @@ def test_every_gpufleet_name_and_label_the_rules_read_is_one_the_supervisor_writ
     record = {"state": "hung", "attempt": 2, "restarts_used": 1, "max_restarts": 3, "node_rank": 1,
               "members": [["node1"], ["node2"]], "started_at": 1.0, "peers_lost": {"node3": 2.0}}
     written = job_metrics.render("train", "alice", record, 10.0)
-    read, labels = read_by("gpufleet_")
+    read, labels = read_by("gpufleet_job_")
     assert {"gpufleet_job_state", "gpufleet_job_peer_lost", "gpufleet_job_attempt"} <= read
     assert all("# TYPE %s gauge" % name in written for name in read), [n for n in read if n not in written]
     assert labels - SCRAPE_LABELS <= labels_in(written) == {"gpufleet_job", "user", "state", "peer"}, labels
+
+
+def test_every_node_standing_name_and_label_the_rules_read_is_one_health_yml_writes():
+    """standing_metrics' two files for a quarantined node refused by its check with NVLink links down."""
+    entry = {"state": history.QUARANTINED, "faults": [{"class": "gpu"}] * 3}
+    check = health_check.NodeCheck(health_check.REFUSED, {"gpu": [], "network": []}, 2, "")
+    probe = {"gpu_health": {"nvlink": {"0": {"up": 10, "down": []}, "1": {"up": 8, "down": [4, 9]}}}}
+    written = standing_metrics.standing(entry, 3) + standing_metrics.health(check, 10.0, probe)
+    read, labels = read_by("gpufleet_node_")
+    assert {"gpufleet_node_state", "gpufleet_node_health_check_result", "gpufleet_node_nvlink_links_down"} <= read
+    assert all("# TYPE %s gauge" % name in written for name in read), [n for n in read if n not in written]
+    assert labels - SCRAPE_LABELS <= labels_in(written), labels - labels_in(written)
+    assert 'gpufleet_node_state{state="quarantined"} 1' in written and 'nvlink_links_down{gpu="1"} 2' in written
+
+
+def test_every_node_exporter_name_and_label_the_rules_read_is_one_the_exporter_serves():
+    with open(os.path.join(REPO, "tests", "fixtures", "node_exporter", "e2e-output-infiniband.txt")) as handle:
+        served = handle.read()
+    read, labels = read_by("node_")
+    assert read == {"node_infiniband_state_id"}, read
+    assert all("# TYPE %s gauge" % name in served for name in read)
+    assert labels - SCRAPE_LABELS <= labels_in(served) and {"device", "port"} <= labels, labels
+    # 4 is ACTIVE, as the rule reads it: the exporter's own help text says so.
+    assert "node_infiniband_state_id State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, " \
+           "4: active, 5: act defer)" in served

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, standing_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "plugins", "modules")) if name.endswith(".py"))
 
@@ -78,6 +80,17 @@ def test_the_contributor_guide_lists_every_module():
     assert sorted(listed) == MODULES
 
 
+def node_metric_names():
+    """The names standing_metrics.py writes: its files' stems and every metric of a check with NVLink links down."""
+    check = health_check.NodeCheck(health_check.REFUSED, {"gpu": [], "network": []}, 1, "")
+    probe = {"gpu_health": {"nvlink": {"0": {"up": 1, "down": [2]}}}}
+    text = standing_metrics.standing({"state": "quarantined", "faults": []}, 3) + standing_metrics.health(check, 1.0,
+                                                                                                           probe)
+    names = set(re.findall(r"^# TYPE (gpufleet_\w+) ", text, re.M))
+    assert "gpufleet_node_nvlink_links_down" in names
+    return names | {name[:-len(".prom")] for name in (standing_metrics.STANDING_FILE, standing_metrics.HEALTH_FILE)}
+
+
 def test_the_inventory_page_lists_every_gpufleet_variable_the_collection_reads():
     read = set()
     for top in ("roles", "playbooks", "plugins"):
@@ -86,7 +99,8 @@ def test_the_inventory_page_lists_every_gpufleet_variable_the_collection_reads()
                 if name.endswith((".yml", ".py", ".j2")):
                     with open(os.path.join(folder, name)) as handle:
                         read.update(re.findall(r"\b(gpufleet_[a-z0-9_]+)", handle.read()))
-    # gpufleet_job and gpufleet_job_*: the Prometheus label and metric names job_metrics.py writes, not variables.
-    read = {name for name in read if not re.match(r"gpufleet_job(_|$)", name)}
+    # gpufleet_job and gpufleet_job_*: the Prometheus label and metric names job_metrics.py writes, not variables;
+    # nor the metric and file names standing_metrics.py writes (gpufleet_node_state, gpufleet_node_health.prom).
+    read = {name for name in read if not re.match(r"gpufleet_job(_|$)", name)} - node_metric_names()
     assert read, "no gpufleet_* variable found: the scan is broken"
     assert table_names("docs/inventory.md", r"(gpufleet_[a-z0-9_]+)") == read

@@ -95,21 +95,30 @@ class JobMetrics:
         """Write the record's metrics; the problem, the first time the folder fails (None otherwise)."""
         if self.path is None or self.problem is not None:
             return None
-        temporary = "%s.%d.tmp" % (self.path, os.getpid())  # not *.prom: the collector reads only those
         try:
-            with open(temporary, "w") as handle:
-                handle.write(render(self.job, self.user, record, time.time()))
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, self.path)
+            replace_textfile(self.path, render(self.job, self.user, record, time.time()))
         except OSError as exc:
             self.problem = "job metrics not written to %s: %s (job_metrics_dir; monitor.yml's node_exporter role " \
                            "lets node_exporter_metrics_users write there)" % (os.path.dirname(self.path), exc.strerror)
-            try:
-                os.remove(temporary)
-            except OSError:
-                pass
             return self.problem
         return None
+
+
+def replace_textfile(path: str, text: str) -> None:
+    """Write a textfile collector's file whole: to a temporary name the collector does not read (not *.prom), then
+    renamed into place, readable by all (the exporter runs as its own user); OSError, with nothing left behind."""
+    temporary = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(temporary, "w") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        raise
 
 
 def _user() -> str:

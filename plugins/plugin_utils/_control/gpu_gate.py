@@ -201,6 +201,15 @@ def _event_words(event: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> tup
     return label, "XID %d (%s)" % (event["xid"], event["meaning"]), RESET % index if gpu else "reboot the node"
 
 
+def nvlink_down(health: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Each GPU's NVLink links that are down while links of the node's GPUs are up, by GPU index; {} where no link is
+    up anywhere (GPUs without NVLink, a bridge not fitted, or a fabric down, which _nvlink() names)."""
+    states = health.get("nvlink") or {}
+    if not any(state.get("up") for state in states.values()):
+        return {}
+    return {str(index): list(state.get("down") or []) for index, state in sorted(states.items())}
+
+
 def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     states = health.get("nvlink") or {}
     if not any(state.get("up") for state in states.values()):
@@ -214,12 +223,12 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
         return []  # no NVLink up anywhere and no switch: GPUs without NVLink (or a bridge not fitted)
     gpus, found = {str(gpu["index"]): gpu for gpu in health.get("gpus") or []}, []
     up = sum(state.get("up", 0) for state in states.values())
-    for index, state in sorted(states.items()):
-        if state.get("down"):
+    for index, down in nvlink_down(health).items():
+        if down:
             gpu = gpus.get(index)
             label = gpu_label(gpu) if gpu else "GPU %s" % index
             found.append(Finding(True, label, "NVLink link%s %s down while %d other link%s of the node's GPUs are up" % (
-                "s" if len(state["down"]) > 1 else "", ", ".join(str(link) for link in state["down"]),
+                "s" if len(down) > 1 else "", ", ".join(str(link) for link in down),
                 up, "" if up == 1 else "s"),
                 "check the NVLink fabric (nvidia-smi nvlink --status; Fabric Manager on NVSwitch systems), or reboot "
                 "the node"))
