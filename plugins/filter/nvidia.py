@@ -68,7 +68,10 @@ description:
     12 where a GPU among the PCI device IDs is older than Turing, which CUDA 13 does not build for);
     C(major | dcgm_package_names(proprietary)) and C(major | dcgm_packages(version, kind, proprietary)) name DCGM's
     core and CUDA packages, with C(proprietary) (true by default) its proprietary modules' two packages, and their
-    specifications at a version (apt with NVIDIA's epoch 1, any revision).
+    specifications at a version (apt with NVIDIA's epoch 1, any revision);
+    C(dcgm_exporter_version | dcgm_exporter_package(dcgm_version, kind)) is the DCGM exporter's package at its
+    version (empty for the release built against C(dcgm_version)); C(dcgm_preflight_error) takes that version as a
+    third argument where the exporter is installed.
   - Versions are compared numerically.
 options:
   _input:
@@ -151,6 +154,13 @@ def dcgm_packages(major: Any, version: Any, kind: Any, proprietary: Any = True) 
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def dcgm_exporter_package(wanted: Any, dcgm_version: Any, kind: Any) -> str:
+    try:
+        return dcgm.exporter_spec(wanted, dcgm_version, str(kind))
+    except nvidia.StackError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def reboot_decision(facts: Any, allowed: Any) -> dict:
     return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
                                   bool(facts.get("gpu_present")), bool(allowed))
@@ -183,4 +193,5 @@ class FilterModule:
                 "dkms_versions": nvidia_packaging.dkms_versions,
                 "kernel_packages_missing": nvidia_packaging.kernel_packages_missing,
                 "dcgm_preflight_error": dcgm.preflight_error, "dcgm_cuda_major": dcgm_cuda_major,
-                "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages}
+                "dcgm_package_names": dcgm.package_names, "dcgm_packages": dcgm_packages,
+                "dcgm_exporter_package": dcgm_exporter_package}

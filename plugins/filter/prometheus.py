@@ -20,7 +20,9 @@ description:
     or an empty string. A missing or unknown monitoring host; a
     node group without hosts; a scrape interval or retention time that Prometheus would not read as a duration
     (C(1.5m), C(15)) or that is zero; a retention size Prometheus would not read (C(10gb)) or that is negative.
-  - The filters C(prometheus_config) (the server's prometheus.yml, as a dict), C(prometheus_args) (the ARGS of the
+  - The filters C(prometheus_config) (the server's prometheus.yml, as a dict; C(nodes | prometheus_config(node_port,
+    interval, port, extra, dcgm_hosts, dcgm_port)) scrapes the DCGM exporter of the nodes named in C(dcgm_hosts) as
+    the job C(dcgm)), C(prometheus_args) (the ARGS of the
     distribution's /etc/default/prometheus) and C(port_error) (why a variable is not a port, named as
     C(value | gpufleet.cluster.port_error('node_exporter_port'))) come from the same file.
 options:
@@ -77,9 +79,9 @@ def port_error(value: Any, variable: str) -> str:
 
 
 def prometheus_config(nodes: Any, node_exporter_port: Any, scrape_interval: Any, listen_port: Any = 9090,
-                      extra_scrape_configs: Any = None) -> dict[str, Any]:
+                      extra_scrape_configs: Any = None, dcgm_hosts: Any = None, dcgm_port: Any = 9400) -> dict[str, Any]:
     config = prometheus.server_config(list(nodes or []), int(node_exporter_port), str(scrape_interval),
-                                      int(listen_port))
+                                      int(listen_port), [str(host) for host in dcgm_hosts or []], int(dcgm_port))
     config["scrape_configs"] += list(extra_scrape_configs or [])
     return config
 

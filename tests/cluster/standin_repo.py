@@ -299,6 +299,23 @@ for _version in ("1:4.5.2-1", "1:4.5.3-1"):
         PACKAGES.append(("datacenter-gpu-manager-4-proprietary-cuda" + _major, _version, {
             "/usr/share/gpufleet-standin/datacenter-gpu-manager-4-proprietary-cuda" + _major: _version + "\n"}))
 
+# NVIDIA's DCGM exporter as its repository carries it: datacenter-gpu-manager-exporter at the exporter's own version
+# (4.8.1, built against DCGM 4.5.2; 4.8.2 too, so that an unpinned install would take it), depending on DCGM's core,
+# with NVIDIA's own unit file (tests/fixtures/dcgm_exporter/nvidia-dcgm-exporter.service, verbatim) and default
+# counters (default-counters.csv, verbatim). Its /usr/bin/dcgm-exporter is gpufleet's stand-in
+# (tests/cluster/scripts/dcgm_exporter_standin.py), which serves a real exporter's capture (metrics-tesla-t4.txt) for
+# each GPU the node's nvidia-smi lists, its XID the last one the node's fake kernel log holds for that GPU.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "dcgm_exporter_standin.py")) as _handle:
+    DCGM_EXPORTER_SCRIPT = _handle.read()
+for _version in ("4.8.1-1", "4.8.2-1"):
+    PACKAGES.append(("datacenter-gpu-manager-exporter", _version, {
+        "/usr/bin/dcgm-exporter": DCGM_EXPORTER_SCRIPT,
+        "/lib/systemd/system/nvidia-dcgm-exporter.service": _read_fixture("dcgm_exporter", "nvidia-dcgm-exporter.service"),
+        "/etc/dcgm-exporter/default-counters.csv": _read_fixture("dcgm_exporter", "default-counters.csv"),
+        "/usr/share/gpufleet-standin/dcgm-exporter/metrics-tesla-t4.txt": _read_fixture("dcgm_exporter",
+                                                                                        "metrics-tesla-t4.txt")}))
+    EXTRAS[("datacenter-gpu-manager-exporter", _version)] = {"Depends": "datacenter-gpu-manager-4-core"}
+
 # NVIDIA Container Toolkit's repository (its own, with its own key at <mirror>/gpgkey), as a stand-in: the four
 # packages at two versions, and an nvidia-ctk that prints a CDI specification naming the GPUs it finds under
 # GPUFLEET_SYS_ROOT (the test nodes' fake sysfs), and Docker's configuration with NVIDIA's runtime added (--dry-run).

@@ -92,10 +92,14 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     for package in DCGM_PACKAGES:
         assert host.package(package).version == "1:4.5.2-1"  # the pin, although 1:4.5.3-1 is newer
     assert not host.package("datacenter-gpu-manager-4-cuda12").is_installed  # driver 580 reports CUDA 13
+    # NVIDIA's DCGM exporter with it: the release built against DCGM 4.5.2, although 4.8.2 is newer, held, running.
+    assert host.package("datacenter-gpu-manager-exporter").version == "4.8.1-1"
     held = host.run("apt-mark showhold").stdout.split()
-    assert all(package in held for package in DCGM_PACKAGES), held
+    assert all(package in held for package in DCGM_PACKAGES + ("datacenter-gpu-manager-exporter",)), held
     assert systemctl(host, "is-active", "nvidia-dcgm") == "active", host.run("systemctl status nvidia-dcgm").stdout
     assert systemctl(host, "is-enabled", "nvidia-dcgm") == "enabled"
+    assert systemctl(host, "is-active", "nvidia-dcgm-exporter") == "active", \
+        host.run("systemctl status nvidia-dcgm-exporter; cat /var/log/dcgm-exporter.log").stdout
     again = node.playbook("provision.yml", *DCGM)
     assert again.rc == 0 and again.recap()[name]["changed"] == 0, again.out[-4000:]
     check = node.playbook("provision.yml", *DCGM, "--check")
@@ -301,6 +305,9 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
     node exporter and Prometheus (Debian's packages, from Debian's archive) installed and running under systemd.
     Prometheus's HTTP API, asked from the controller at the node's address: the node exporter's `up` and its own
     samples (node_load1) for node6, labelled with its inventory name, and gpufleet's alert rules loaded and healthy.
+    The DCGM exporter the dcgm role runs (the stand-in package's, which serves a real exporter's capture for the
+    stand-in GPU) is scraped: the GPU's utilisation is there, and an XID 79 line in the node's kernel log makes
+    GpuHardwareXid fire.
     A job run by a user who is not root (mlops, in node_exporter_metrics_users) is seen running, then stopped, in
     gpufleet's own metrics (job_metrics.py, through the textfile collector). A second run changes nothing. With the
     node exporter stopped, NodeDown goes pending at the next evaluations (it fires after 2 minutes, not waited for
@@ -316,6 +323,10 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
     assert added.rc == 0, added.stderr
     args = ("-e", "monitor_host=%s" % name, "-e", "scrape_interval=1s",
             "-e", json.dumps({"node_exporter_metrics_users": [user]}))
+    # DCGM with its exporter (the dcgm role; already there after the DCGM test), and a GPU for the exporter to see.
+    provisioned = node.playbook("provision.yml", *DCGM)
+    assert provisioned.rc == 0, provisioned.out[-4000:]
+    gpu_standin.install(name, {"gpus": [{}]})
     first = node.playbook("monitor.yml", *args)
     assert first.rc == 0, first.out[-4000:]
     said = " ".join(first.out.split())
@@ -343,6 +354,23 @@ def test_monitor_yml_runs_prometheus_that_scrapes_the_node_and_evaluates_gpuflee
                              "GpuUncorrectableMemoryError", "GpufleetJobHung", "GpufleetJobRestartingInALoop",
                              "GpufleetNodeFailedHealthCheck", "GpufleetNodeLostFromJob", "GpufleetNodeQuarantined",
                              "InfinibandPortDown", "NodeDown", "NvlinkDown"] and set(rules.values()) == {"ok"}, rules
+    # The GPU's utilisation through the DCGM exporter (the stand-in serves a real exporter's capture, value 0), then
+    # a hardware XID in the node's kernel log (the corpus's XID 79 line, the stand-in GPU's bus): GpuHardwareXid fires.
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and samples('DCGM_FI_DEV_GPU_UTIL{gpu="0"}') != {name: "0"}:
+            time.sleep(1)
+        assert samples('DCGM_FI_DEV_GPU_UTIL{gpu="0"}') == {name: "0"}, api("targets")
+        gpu_standin.log_kernel(name, gpu_standin.xid_line("0000:18:00", 79))
+        firing = 'ALERTS{alertname="GpuHardwareXid",alertstate="firing"}'
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not samples(firing):
+            time.sleep(1)
+        alerts = api("query", query=firing)["result"]
+        assert [(a["metric"]["node"], a["metric"]["gpu"], a["metric"]["severity"]) for a in alerts] == [
+            (name, "0", "critical")], (alerts, samples("DCGM_FI_DEV_XID_ERRORS"))
+    finally:
+        gpu_standin.remove(name)
     # A running job's state, as Prometheus has it: a script of the standard library (no training Python here).
     script = tmp_path / "watched.py"
     script.write_text("import time\nprint('watched job running', flush=True)\ntime.sleep(300)\n")

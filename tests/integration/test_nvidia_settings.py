@@ -25,9 +25,11 @@ APT = {"driver_open": ["nvidia-open-580"], "driver_proprietary": ["cuda-drivers-
        "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"],
        # IMEX at the driver's upstream version, unversioned from 580 (gpu-driver-container's imex_install).
        "imex": ["nvidia-imex=580.95.05-*"], "imex_hold": ["nvidia-imex"],
-       # DCGM with the proprietary modules its CUDA build recommends, all at dcgm_version (held by the role).
+       # DCGM with the proprietary modules its CUDA build recommends, all at dcgm_version (held by the role), and the
+       # DCGM exporter built against it, at its own version.
        "dcgm": ["datacenter-gpu-manager-4-core=1:4.5.2-*", "datacenter-gpu-manager-4-cuda13=1:4.5.2-*",
-                "datacenter-gpu-manager-4-proprietary=1:4.5.2-*", "datacenter-gpu-manager-4-proprietary-cuda13=1:4.5.2-*"]}
+                "datacenter-gpu-manager-4-proprietary=1:4.5.2-*", "datacenter-gpu-manager-4-proprietary-cuda13=1:4.5.2-*",
+                "datacenter-gpu-manager-exporter=4.8.1-*"]}
 APT_PINNED = dict(APT, driver_open=["nvidia-open"], driver_proprietary=["cuda-drivers"], driver_pinned=True,
                   driver_hold=["nvidia-driver-pinning-580", "nvidia-open"])
 DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvidia-driver:580-dkms"], "kind": "dnf",
@@ -40,7 +42,8 @@ DNF = {"driver_open": ["@nvidia-driver:580-open"], "driver_proprietary": ["@nvid
        "fabricmanager_hold": ["nvidia-fabricmanager", "libnvidia-nscq"],
        "imex": ["nvidia-imex-580.95.05"], "imex_hold": ["nvidia-imex"],
        "dcgm": ["datacenter-gpu-manager-4-core-4.5.2", "datacenter-gpu-manager-4-cuda13-4.5.2",
-                "datacenter-gpu-manager-4-proprietary-4.5.2", "datacenter-gpu-manager-4-proprietary-cuda13-4.5.2"]}
+                "datacenter-gpu-manager-4-proprietary-4.5.2", "datacenter-gpu-manager-4-proprietary-cuda13-4.5.2",
+                "datacenter-gpu-manager-exporter-4.8.1"]}
 # The running kernel's headers at its version (name-version-release.arch as uname -r gives it): EL 9's
 # kernel-devel-matched unversioned would install the newest kernel-core with it (test_el_nodes.py).
 DNF8 = dict(DNF, headers=["kernel-devel-6.1.0-test", "kernel-headers"])
@@ -182,7 +185,8 @@ def test_dcgm_gets_the_build_for_the_driver_the_node_runs(tmp_path, extra, major
     assert rendered["dcgm_major"] == major
 
 
-def test_dcgm_without_its_proprietary_modules_names_only_the_core_and_cuda_build(tmp_path):
-    rc, out, rendered = render(tmp_path, "Ubuntu", "24", "x86_64", "-e", '{"target_dcgm_proprietary": false}')
+def test_dcgm_without_its_proprietary_modules_or_exporter_names_only_the_core_and_cuda_build(tmp_path):
+    rc, out, rendered = render(tmp_path, "Ubuntu", "24", "x86_64", "-e",
+                               '{"target_dcgm_proprietary": false, "target_dcgm_exporter_enabled": false}')
     assert rc == 0, out[-2000:]
     assert rendered["dcgm"] == ["datacenter-gpu-manager-4-core=1:4.5.2-*", "datacenter-gpu-manager-4-cuda13=1:4.5.2-*"]

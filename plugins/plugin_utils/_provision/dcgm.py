@@ -105,11 +105,49 @@ def package_specs(major: Any, version: Any, kind: str, proprietary: Any = True) 
     return ["%s=%s:%s-*" % (name, APT_EPOCH, upstream) for name in package_names(major, proprietary)]
 
 
-def preflight_error(version: Any, wanted_major: Any, branch: Any) -> str:
-    """Why the dcgm role's inputs cannot be installed, naming the variable, or ''."""
+# NVIDIA's DCGM exporter (NVIDIA/dcgm-exporter), the package datacenter-gpu-manager-exporter in the same repository,
+# serving DCGM's fields for Prometheus on port 9400 as the nvidia-dcgm-exporter service (the unit its packaging
+# ships: After=nvidia-dcgm.service). Each release is built against one DCGM release (its hack/VERSION: exporter 4.8.1
+# against DCGM 4.5.2, 4.8.2 against 4.5.3), and its packages carry the exporter's own version
+# (datacenter-gpu-manager-exporter_4.8.2-1_amd64.deb, datacenter-gpu-manager-exporter-4.5.0-1.x86_64.rpm; no epoch
+# shows in those names, and none is added here).
+EXPORTER = "datacenter-gpu-manager-exporter"
+EXPORTER_SERVICE = "nvidia-dcgm-exporter"
+EXPORTER_FOR_DCGM = {"4.5.2": "4.8.1", "4.5.3": "4.8.2"}
+_EXPORTER_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def exporter_version(wanted: Any, dcgm_version: Any) -> str:
+    """dcgm_exporter_version as given (x.y.z), or the release built against dcgm_version when empty."""
+    text = str(wanted or "").strip()
+    if not text:
+        found = EXPORTER_FOR_DCGM.get(str(dcgm_version or "").strip())
+        if not found:
+            raise StackError("dcgm_exporter_version: no DCGM exporter release is known here to be built against DCGM %s "
+                             "(known: %s); give the release built against it (NVIDIA/dcgm-exporter's releases name "
+                             "both, as 4.5.2-4.8.1)" % (dcgm_version, ", ".join(
+                                 "%s for %s" % (exporter, dcgm) for dcgm, exporter in sorted(EXPORTER_FOR_DCGM.items()))))
+        return found
+    if not _EXPORTER_VERSION_RE.match(text):
+        raise StackError("dcgm_exporter_version: %r is not a DCGM exporter release such as 4.8.1 (its own version, "
+                         "without DCGM's or a package revision)" % (wanted,))
+    return text
+
+
+def exporter_spec(wanted: Any, dcgm_version: Any, kind: str) -> str:
+    """The exporter's package at its version: apt 'name=4.8.1-*' (any revision), dnf 'name-4.8.1'."""
+    version = exporter_version(wanted, dcgm_version)
+    return "%s-%s" % (EXPORTER, version) if kind == "dnf" else "%s=%s-*" % (EXPORTER, version)
+
+
+def preflight_error(version: Any, wanted_major: Any, branch: Any, exporter: Any = None) -> str:
+    """Why the dcgm role's inputs cannot be installed, naming the variable, or ''. exporter: dcgm_exporter_version,
+    where the exporter is installed (None: it is not)."""
     try:
         check_version(version)
         cuda_major(wanted_major, branch)
+        if exporter is not None:
+            exporter_version(exporter, version)
     except StackError as exc:
         return str(exc)
     return ""

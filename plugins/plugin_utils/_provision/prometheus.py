@@ -15,11 +15,13 @@ the distribution's own promtool and prometheus binaries.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 # Where the prometheus role puts gpufleet's alert rules (roles/prometheus/files/gpufleet.rules.yml) on the server.
 RULES_PATH = "/etc/prometheus/gpufleet.rules.yml"
 NODE_JOB = "node"  # the node exporters' scrape job; the alert rules read up{job="node"}
+DCGM_JOB = "dcgm"  # the DCGM exporters' (the dcgm role's, port 9400); the alert rules read up{job="dcgm"}
 _DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
 _SIZE = re.compile(r"^(0|(\d+(\.\d+)?([KMGTPE]i?)?B)+)$")
 
@@ -85,16 +87,21 @@ def server_args(retention_time: str, retention_size: str, listen_port: int) -> s
 
 
 def server_config(nodes: list[dict[str, Any]], node_exporter_port: int, scrape_interval: str,
-                  listen_port: int = 9090) -> dict[str, Any]:
-    """prometheus.yml: gpufleet's alert rules, Prometheus itself, and one scrape job for the node exporters, each
-    target labelled with its node's inventory name (`node`, which every alert names). nodes: the cluster_nodes
-    filter's dicts (host, ip)."""
-    targets = [{"targets": ["%s:%d" % (_bracketed(node["ip"]), int(node_exporter_port))],
-                "labels": {"node": node["host"]}} for node in nodes]
+                  listen_port: int = 9090, dcgm_hosts: Sequence[str] = (), dcgm_port: int = 9400) -> dict[str, Any]:
+    """prometheus.yml: gpufleet's alert rules, Prometheus itself, one scrape job for the node exporters and one
+    (DCGM_JOB) for the DCGM exporters of the nodes named in dcgm_hosts, each target labelled with its node's inventory
+    name (`node`, which every alert names). nodes: the cluster_nodes filter's dicts (host, ip)."""
+    def targets(port: int, hosts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"targets": ["%s:%d" % (_bracketed(node["ip"]), port)], "labels": {"node": node["host"]}}
+                for node in hosts]
+
+    jobs = [{"job_name": "prometheus", "static_configs": [{"targets": ["localhost:%d" % int(listen_port)]}]},
+            {"job_name": NODE_JOB, "static_configs": targets(int(node_exporter_port), nodes)}]
+    with_dcgm = [node for node in nodes if node["host"] in set(dcgm_hosts)]
+    if with_dcgm:
+        jobs.append({"job_name": DCGM_JOB, "static_configs": targets(int(dcgm_port), with_dcgm)})
     return {"global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "rule_files": [RULES_PATH],
-            "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": ["localhost:%d" % int(listen_port)]}]},
-                               {"job_name": NODE_JOB, "static_configs": targets}]}
+            "rule_files": [RULES_PATH], "scrape_configs": jobs}
 
 
 def _bracketed(ip: str) -> str:

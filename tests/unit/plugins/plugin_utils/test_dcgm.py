@@ -69,3 +69,21 @@ def test_a_gpu_older_than_turing_gets_the_cuda_12_build_on_a_cuda_13_driver():
     assert dcgm.node_cuda_major("", 580, devices=["0x2330"]) == 13
     assert dcgm.node_cuda_major("", 580, devices=["0xffff"]) == 13
     assert dcgm.node_cuda_major("", 570, devices=["0x1db1"]) == 12
+
+
+def test_the_exporter_is_the_release_built_against_dcgm_version_unless_one_is_given():
+    assert dcgm.exporter_spec("", "4.5.2", "apt") == "datacenter-gpu-manager-exporter=4.8.1-*"
+    assert dcgm.exporter_spec("", "4.5.3", "dnf") == "datacenter-gpu-manager-exporter-4.8.2"
+    assert dcgm.exporter_spec("4.9.0", "4.5.2", "apt") == "datacenter-gpu-manager-exporter=4.9.0-*"
+    assert dcgm.preflight_error("4.5.2", "", 580, "") == ""
+
+
+@pytest.mark.parametrize("exporter, dcgm_version, said", [
+    ("", "4.4.0", "dcgm_exporter_version: no DCGM exporter release is known here to be built against DCGM 4.4.0 "
+                  "(known: 4.8.1 for 4.5.2, 4.8.2 for 4.5.3)"),
+    ("4.5.2-4.8.1", "4.5.2", "dcgm_exporter_version: '4.5.2-4.8.1' is not a DCGM exporter release such as 4.8.1"),
+    ("latest", "4.5.2", "dcgm_exporter_version: 'latest' is not"),
+])
+def test_an_exporter_release_that_cannot_be_installed_is_refused_naming_the_variable(exporter, dcgm_version, said):
+    assert dcgm.preflight_error(dcgm_version, "", 580, exporter).startswith(said)
+    assert dcgm.preflight_error(dcgm_version, "", 580) == ""  # the same DCGM without its exporter is fine

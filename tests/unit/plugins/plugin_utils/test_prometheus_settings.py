@@ -75,12 +75,15 @@ def test_settings_name_the_first_variable_at_fault():
         "size: '10gb' is not a size Prometheus reads")
 
 
-def test_the_server_configuration_scrapes_every_node_by_its_address_and_promtool_accepts_it(tmp_path):
+def test_the_server_configuration_scrapes_every_node_and_gpu_exporter_by_its_address_and_promtool_accepts_it(tmp_path):
     nodes = [{"host": "node1", "ip": "192.0.2.11"}, {"host": "node2", "ip": "2001:db8::12"}]
-    config = prometheus.server_config(nodes, 9100, "30s", listen_port=9091)
+    assert "dcgm" not in [job["job_name"] for job in prometheus.server_config(nodes, 9100, "30s")["scrape_configs"]]
+    config = prometheus.server_config(nodes, 9100, "30s", listen_port=9091, dcgm_hosts=["node2", "spare9"])
     jobs = {job["job_name"]: job["static_configs"] for job in config["scrape_configs"]}
     assert jobs["node"] == [{"targets": ["192.0.2.11:9100"], "labels": {"node": "node1"}},
                             {"targets": ["[2001:db8::12]:9100"], "labels": {"node": "node2"}}]
+    # The DCGM exporter only where the node has one, as the job the GPU rules read (up{job="dcgm"}).
+    assert jobs["dcgm"] == [{"targets": ["[2001:db8::12]:9400"], "labels": {"node": "node2"}}]
     assert jobs["prometheus"] == [{"targets": ["localhost:9091"]}]
     assert config["global"] == {"scrape_interval": "30s", "evaluation_interval": "30s"}
     # promtool reads it, with the rules where the role puts them (here: beside it).
