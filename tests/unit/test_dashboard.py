@@ -12,6 +12,7 @@ import yaml
 
 from prometheus_tools import prometheus_tool, run
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_metrics
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, standing_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORTER = os.path.join(REPO, "tests", "fixtures", "dcgm_exporter")
@@ -40,6 +41,8 @@ def served():
         capture = handle.read()
     written = job_metrics.render("train", "alice", {"state": "running", "members": [["a"]], "started_at": 1.0,
                                            "peers_lost": {"b": 1.0}}, 2.0)
+    check = health_check.NodeCheck(health_check.WARNED, {"gpu": [], "network": []}, 1, "")
+    written += standing_metrics.standing({"state": "in service", "faults": []}, 3) + standing_metrics.health(check, 2.0)
     names = dcgm | set(re.findall(r"^# TYPE (\S+) ", written, re.M)) | {"up"}
     labels = set(re.findall(r"[{,]([A-Za-z_]+)=\"", capture + written)) | SCRAPE_LABELS
     return names, labels
