@@ -47,13 +47,14 @@ _GAUGES = (
 )
 
 
-def _metric_label(value: object) -> str:
+def metric_label(value: object) -> str:
+    """A label's value as the text format writes it (backslash, newline and quote escaped)."""
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def render(job: str, user: str, record: dict, now: float) -> str:
     """The Prometheus text format of a node's part of a job, from its record (state.json's content)."""
-    name = '%s",user="%s' % (_metric_label(job), _metric_label(user))  # the labels every series carries
+    name = '%s",user="%s' % (metric_label(job), metric_label(user))  # the labels every series carries
     lines = ["# HELP gpufleet_job_state The state of this node's part of the job: 1 for the state it is in.",
              "# TYPE gpufleet_job_state gauge"]
     lines += ['gpufleet_job_state{gpufleet_job="%s",state="%s"} %d' % (name, state, int(record.get("state") == state))
@@ -62,18 +63,19 @@ def render(job: str, user: str, record: dict, now: float) -> str:
         value = read(record)
         if value is not None:
             lines += ["# HELP %s %s" % (metric, text), "# TYPE %s gauge" % metric,
-                      '%s{gpufleet_job="%s"} %s' % (metric, name, _metric_number(value))]
+                      '%s{gpufleet_job="%s"} %s' % (metric, name, metric_number(value))]
     lines += ["# HELP gpufleet_job_peer_lost A node this node's part of the job lost: 1 for each.",
               "# TYPE gpufleet_job_peer_lost gauge"]
-    lines += ['gpufleet_job_peer_lost{gpufleet_job="%s",peer="%s"} 1' % (name, _metric_label(peer))
+    lines += ['gpufleet_job_peer_lost{gpufleet_job="%s",peer="%s"} 1' % (name, metric_label(peer))
               for peer in sorted(record.get("peers_lost") or {})]
     lines += ["# HELP gpufleet_job_updated_timestamp_seconds When this node's record of the job last changed.",
               "# TYPE gpufleet_job_updated_timestamp_seconds gauge",
-              'gpufleet_job_updated_timestamp_seconds{gpufleet_job="%s"} %s' % (name, _metric_number(round(now, 3)))]
+              'gpufleet_job_updated_timestamp_seconds{gpufleet_job="%s"} %s' % (name, metric_number(round(now, 3)))]
     return "\n".join(lines) + "\n"
 
 
-def _metric_number(value: object) -> str:
+def metric_number(value: object) -> str:
+    """A sample's value as the text format writes it (a whole number without its .0)."""
     number = float(value)  # type: ignore[arg-type]
     return str(int(number)) if number.is_integer() else repr(number)
 

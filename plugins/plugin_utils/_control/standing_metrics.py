@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_metrics import metric_label, metric_number
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import gpu_gate, health_check, history
 
 STANDING_FILE = "gpufleet_node_standing.prom"
@@ -33,17 +34,11 @@ STATES = {history.IN_SERVICE: "in_service", history.IN_MAINTENANCE: "in_maintena
 RESULTS = {health_check.PASSED: "passed", health_check.WARNED: "warned", health_check.REFUSED: "refused"}
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def _gauge(name: str, text: str, samples: list[tuple[dict[str, object], float]]) -> list[str]:
     lines = ["# HELP %s %s" % (name, text), "# TYPE %s gauge" % name]
     for labels, value in samples:
-        shown = ",".join('%s="%s"' % (key, _label(label)) for key, label in labels.items())
-        number = float(value)
-        lines.append("%s%s %s" % (name, "{%s}" % shown if shown else "", int(number) if number.is_integer()
-                                  else repr(number)))
+        shown = ",".join('%s="%s"' % (key, metric_label(label)) for key, label in labels.items())
+        lines.append("%s%s %s" % (name, "{%s}" % shown if shown else "", metric_number(value)))
     return lines
 
 
