@@ -182,6 +182,22 @@ def failure_signature(parts: list[Heartbeat]) -> tuple:
                   p.reason if p.hardware_fault else None, p.rank_exit, p.failed_at) for p in _failed_on_its_own(parts))
 
 
+# Where a part's signature (failure_signature) holds its first failed rank's own exit code: what that node's
+# supervisor read of the rank itself, unknown when the rank had ended before the supervisor's scan found it (its
+# launcher reaped it first; a loaded node does this at random). Unknown on either side matches any code.
+_RANK_EXIT = 4
+
+
+def same_failure(earlier: tuple | None, now: tuple) -> bool:
+    """Whether two attempts failed the same way (failure_signature): every field equal, but a rank's own exit code
+    that one of them did not read; the part's exit code or signal, always known, must still be the same."""
+    if earlier is None or len(earlier) != len(now):
+        return False
+    return all(len(was) == len(part) and all(
+        a == b or (field == _RANK_EXIT and (a is None or b is None)) for field, (a, b) in enumerate(zip(was, part)))
+        for was, part in zip(earlier, now))
+
+
 def failure_cause(parts: list[Heartbeat], lost: dict | None) -> tuple[str, int | None]:
     """What a failed attempt is put down to (restart_policy.CAUSES), alike on every node: a lost node, a hardware
     fault, a hang, else a rank's failure, with the first failed part's rank exit code (its launcher's, unknown)."""
@@ -201,7 +217,8 @@ def repeated_failure(parts: list[Heartbeat], earlier: tuple | None, host_of: Cal
     place (its rank's traceback's frame) with the same exit, however long the attempt ran; else None."""
     failed = _failed_on_its_own(parts)
     first = failed[0] if failed else None
-    if first is None or first.outcome != JobState.FAILED or not first.failed_at or earlier != failure_signature(parts):
+    if first is None or first.outcome != JobState.FAILED or not first.failed_at or not same_failure(
+            earlier, failure_signature(parts)):
         return None
     who = "node_rank %d" % first.rank if first.failed_rank is None else "rank %d" % first.failed_rank
     code = first.rank_exit if first.rank_exit is not None else first.exit_code
@@ -323,7 +340,7 @@ def restart_decision(parts: list[Heartbeat], host_of: Callable[[int], str], earl
     reason = str(first.reason) if first.outcome == JobState.HUNG else describe(host_of(rank), rank, first)
     signature = failure_signature(parts)
     refused = None if going_on else no_restart_for(parts)
-    if refused is None and earlier == signature and ran_s < min_progress_s:
+    if refused is None and same_failure(earlier, signature) and ran_s < min_progress_s:
         refused = ("not restarting: the same failure twice within %g s of a restart (min_progress_s): %s"
                    % (min_progress_s, reason))
     why = "%s; %s" % (reason, going_on) if going_on else reason

@@ -380,6 +380,16 @@ def test_a_rank_failing_twice_at_the_same_place_is_the_scripts_own_failure_howev
     for change in ({"failed_at": "train.py:90"}, {"rank_exit": 137}):
         other = [dict(part, **change) if part["rank"] == 1 else part for part in RAISED]
         assert restart_decision(other, HOSTS.__getitem__, first.signature, 400.0, 300).refused is None
+    # The rank's own exit code read in one attempt and not in the other (the rank ended before the supervisor's scan
+    # found it: seen on a loaded machine, where a third attempt ran): the same failure, either way round. The part's
+    # exit code still decides: another one is another failure.
+    unread = [dict(part, rank_exit=None) if part["rank"] == 1 else part for part in RAISED]
+    assert restart_decision(unread, HOSTS.__getitem__, first.signature, 5.0, 300).refused == said
+    read_later = restart_decision(RAISED, HOSTS.__getitem__,
+                                  restart_decision(unread, HOSTS.__getitem__, None, 5.0, 300).signature, 5.0, 300)
+    assert read_later.refused == said
+    other_part_exit = [dict(part, exit_code=2) if part["rank"] == 1 else part for part in unread]
+    assert restart_decision(other_part_exit, HOSTS.__getitem__, first.signature, 5.0, 300).refused is None
     without = [dict(part, failed_at=None) if part["rank"] == 1 else part for part in RAISED]
     earlier = restart_decision(without, HOSTS.__getitem__, None, 5.0, 300).signature
     assert restart_decision(without, HOSTS.__getitem__, earlier, 400.0, 300).refused is None  # ran past min_progress_s
