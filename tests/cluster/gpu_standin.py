@@ -24,16 +24,26 @@ def _container(node: str) -> str:
 
 
 def write_state(node: str, state: dict) -> None:
-    testbed.podman("exec", "-i", _container(node), "sh", "-c", "mkdir -p %s && cat > %s" % (os.path.dirname(STATE), STATE),
-                   input_bytes=json.dumps(state).encode())
+    """The stand-in's state, replaced whole (a rename): a reader on the node (slurmd's health check every few seconds)
+    sees the old state or the new one, never a file half written."""
+    testbed.podman("exec", "-i", _container(node), "sh", "-c", "mkdir -p %s && cat > %s.new && mv %s.new %s"
+                   % (os.path.dirname(STATE), STATE, STATE, STATE), input_bytes=json.dumps(state).encode())
+
+
+NVIDIA_SMI = "/usr/local/bin/nvidia-smi"
 
 
 def install(node: str, state: dict) -> None:
-    """The stand-in on the node, answering from this state, and an empty kernel log."""
-    testbed.podman("cp", STANDIN, "%s:/usr/local/bin/nvidia-smi" % _container(node))
-    testbed.podman("exec", _container(node), "sh", "-c", "chmod 755 /usr/local/bin/nvidia-smi && mkdir -p %s && : > %s"
-                   % (os.path.dirname(KERNEL_LOG), KERNEL_LOG))
+    """The stand-in on the node, answering from this state, and an empty kernel log. The state and the log come first
+    and nvidia-smi last, put in place executable by one rename: a health check that runs meanwhile finds no
+    nvidia-smi or the whole stand-in (a check that found it copied but not yet executable drained a Slurm node for
+    "Permission denied", seen in a CI run)."""
     write_state(node, state)
+    testbed.podman("exec", _container(node), "sh", "-c", "mkdir -p %s && : > %s"
+                   % (os.path.dirname(KERNEL_LOG), KERNEL_LOG))
+    testbed.podman("cp", STANDIN, "%s:%s.new" % (_container(node), NVIDIA_SMI))
+    testbed.podman("exec", _container(node), "sh", "-c", "chmod 755 %s.new && mv %s.new %s"
+                   % (NVIDIA_SMI, NVIDIA_SMI, NVIDIA_SMI))
 
 
 def boot_time() -> float:
@@ -68,5 +78,5 @@ def xid_line(bus: str, xid: int) -> str:
 
 
 def remove(node: str) -> None:
-    testbed.podman("exec", _container(node), "rm", "-rf", "/usr/local/bin/nvidia-smi", os.path.dirname(STATE),
+    testbed.podman("exec", _container(node), "rm", "-rf", NVIDIA_SMI, os.path.dirname(STATE),
                    os.path.dirname(KERNEL_LOG), check=False)
