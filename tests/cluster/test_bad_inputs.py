@@ -1,8 +1,13 @@
 """Bad inputs on the 3-node container cluster: each refused before any node is touched, naming the culprit.
 
-The same list runs faster against the local two-node inventory in tests/integration/test_train_local.py;
-here the nodes are real SSH hosts, and "not touched" is checked on each of them: no job folder and no
-virtual environment appear.
+The whole list runs against the local two-node inventory in tests/integration/test_train_local.py
+(BAD_INPUTS). Here, where the nodes are real SSH hosts and "not touched" is checked on each of them (no job
+folder and no virtual environment appear), run the cases whose refusal depends on the nodes or on how they are
+reached: what a node has (GPUs, an InfiniBand port, a port in use, a Python, a launcher, a wheelhouse) and the
+addresses the inventory gives. The cases the controller refuses from the arguments alone, before it connects to
+any node (a missing script, a job name, nproc_per_node 0, a host group, an environment variable's name,
+max_restarts, hang_timeout, script_args, an unknown launcher), meet the same code with the same message there:
+run here as well, they cost the session cluster's stream about a minute and showed nothing more.
 """
 
 import os
@@ -56,15 +61,6 @@ def _ib_port_down(cluster):
 
 # (name, playbook, arguments, inventory hosts or None, setup or None, what the message must say)
 CASES = [
-    ("missing script", "train.yml", ["-e", "script=/no/such/train.py"], None, None,
-     "script: /no/such/train.py does not exist on the controller"),
-    ("job with a slash", "train.yml", SCRIPT + ["-e", "job=a/b"], None, None, "job: 'a/b' is not a valid job name"),
-    ("job with a space", "train.yml", SCRIPT + ["-e", "job='a b'"], None, None, "job: 'a b' is not a valid job name"),
-    ("nproc_per_node 0", "train.yml", SCRIPT + ["-e", "nproc_per_node=0"], None, None,
-     "nproc_per_node: must be >= 1, got 0"),
-    ("empty host group", "train.yml", SCRIPT, "    {}\n", None, "inventory: group 'gpu_nodes' is empty or missing"),
-    ("unknown host group", "train.yml", SCRIPT + ["-e", "group=trainers"], None, None,
-     "inventory: group 'trainers' is empty or missing"),
     ("two nodes with the same address", "train.yml", SCRIPT,
      "    node0:\n      ansible_host: 10.213.77.10\n    node1:\n      ansible_host: 10.213.77.10\n", None,
      "node1: cluster address 10.213.77.10 (from ansible_host='10.213.77.10') is also the address of node0"),
@@ -78,18 +74,8 @@ CASES = [
      "node1 mlx5_0 port 1: the link is not up (its state is 1: DOWN, its physical state 2: Polling)"),
     ("master port in use", "train.yml", SCRIPT + ["-e", "master_port=29433"], None, _port_taken,
      "node0: master_port=29433 is already in use on the master node"),
-    ("env name not an identifier", "train.yml", SCRIPT + ["-e", '{"gpufleet_env": {"1BAD": "x"}}'], None, None,
-     "gpufleet_env: '1BAD' is not a valid environment variable name"),
-    ("max_restarts not a number", "train.yml", SCRIPT + ["-e", "max_restarts=twice"], None, None,
-     "max_restarts: must be a whole number, got 'twice'"),
-    ("hang_timeout 0", "train.yml", SCRIPT + ["-e", "hang_timeout=0"], None, None,
-     "hang_timeout: must be between 1 and 604800, got 0"),
-    ("script_args not a string", "train.yml", SCRIPT + ["-e", '{"script_args": ["--epochs", 5]}'], None, None,
-     "script_args: must be a string such as"),
     ("python missing on the nodes", "train.yml", SCRIPT + ["-e", "gpufleet_python=/no/such/python"], None, None,
      "gpufleet_python=/no/such/python was not found or does not run on the node"),
-    ("unknown launcher", "train.yml", SCRIPT + ["-e", "launcher=slurm"], None, None,
-     "launcher: 'slurm' is not one of torchrun, deepspeed, mpirun, horovodrun, none"),
     ("launcher not installed on the nodes", "train.yml", SCRIPT + ["-e", "launcher=horovodrun"], None, None,
      "node0: launcher=horovodrun needs Horovod in gpufleet_python"),
     ("wheelhouse missing on the nodes", "../tests/integration/playbooks/python_env_alone.yml",
