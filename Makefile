@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # integration tests open a job's report.html in (tests/integration/browser.py).
 SYSTEM_PACKAGES := podman runc debootstrap uidmap slirp4netns openssh-client catatonit gnupg iptables chromium
 
-.PHONY: demo test test-cluster test-cluster-integration cluster-streams test-molecule setup prepare venv system-packages tools unit integration cluster molecule lint sanity bench \
+.PHONY: demo test lint-and-sanity test-cluster test-cluster-integration cluster-streams test-molecule setup prepare venv system-packages tools unit integration cluster molecule lint sanity bench \
 	bench-gang-stop bench-launcher-exit bench-spare bench-scale bench-provision collection clean docs
 
 $(STAMP): pyproject.toml setup.py
@@ -36,8 +36,14 @@ KEPT_CLUSTER := $(CURDIR)/.cache/cluster-state
 
 # The integration tests run in the cluster stage, in its second stream after the modules with nodes of their own
 # (scripts/cluster-streams.sh says why): the stage's name in the table says so.
+# lint and sanity side by side (each one's output kept together, printed when it ends): they write only ignored
+# folders, and sanity copies only the files git does not ignore.
 test:
-	@scripts/timed-stages.sh setup lint sanity unit cluster+integration=test-cluster-integration molecule=test-molecule
+	@scripts/timed-stages.sh setup lint+sanity=lint-and-sanity unit cluster+integration=test-cluster-integration \
+	  molecule=test-molecule
+
+lint-and-sanity: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint sanity
 
 test-cluster: venv system-packages
 	$(MAKE) --no-print-directory cluster-streams STREAMS_ARGS=

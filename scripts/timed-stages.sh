@@ -15,11 +15,11 @@ for stage in "$@"; do
     rc=$?
     took=$(( $(date +%s) - start ))
     if [ "$rc" -eq 0 ]; then outcome=ok; else outcome="FAILED (exit $rc)"; fi
-    rows+=("$(printf '%-13s %5d s  %s' "$stage" "$took" "$outcome")")
+    rows+=("$(printf '%-20s %5d s  %s' "$stage" "$took" "$outcome")")
     if [ "$rc" -ne 0 ]; then status=$rc; break; fi
 done
 echo
 echo "make test: wall time of each stage"
 printf '%s\n' "${rows[@]}"
-printf '%-13s %5d s\n' "total" "$(( $(date +%s) - total_start ))"
+printf '%-20s %5d s\n' "total" "$(( $(date +%s) - total_start ))"
 exit "$status"
