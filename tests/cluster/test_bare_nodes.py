@@ -127,7 +127,7 @@ def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resume
     rank saves, and a launch of the same job resumes from those saves and ends well."""
     raw = raw_cluster
     script = "script=%s/tests/integration/scripts/save_on_stop.py" % REPO
-    env = {"FAIL_NODE_RANK": "1", "FAIL_STEP": "10"}
+    env = dict(testbed.NODE_ENV, FAIL_NODE_RANK="1", FAIL_STEP="10")
     args = ["-e", script, "-e", "job=saver", "-e", "stop_grace_s=20"]
     first = raw.playbook("train.yml", *args, "-e", "max_restarts=1", "-e", "wait=false",
                          "-e", json.dumps({"gpufleet_env": env}))

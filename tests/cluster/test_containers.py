@@ -35,6 +35,9 @@ BIN = os.path.dirname(sys.executable)
 SCRIPTS = os.path.join(REPO, "tests", "integration", "scripts")
 # What the nodes' engine may set here (see the module's docstring): the machine's hard limits, not unlimited.
 ULIMITS = ["memlock=8192:8192", "nofile=20000:20000", "nproc=20000:20000"]
+# Every rank's environment here (a test's own gpufleet_env starts from it): Gloo over loopback, and one intra-op
+# thread per rank, since the "nodes" share this machine's cores (testbed.NODE_ENV).
+ENV = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
 # Seconds from a fault (or the start of stop.yml) to nothing of the job left on any node: the fault matrix's bound.
 FAULT_BOUND_S = 10.0
 
@@ -64,7 +67,7 @@ class LocalContainers:
     def vars(self, **extra) -> dict:
         found = {"gpufleet_jobs_dir": "%s/{{ inventory_hostname }}/jobs" % self.nodes, "gpufleet_logs_dir": str(self.logs),
                  "gpufleet_container_engine": "podman", "gpufleet_python": "python3",
-                 "gpufleet_container_ulimits": ULIMITS, "gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}}
+                 "gpufleet_container_ulimits": ULIMITS, "gpufleet_env": ENV}
         found.update(extra)
         return {key: value for key, value in found.items() if value is not None}  # None: left to the inventory
 
@@ -184,8 +187,7 @@ def test_the_example_trains_in_the_image_and_the_archive_is_loaded_once(local, i
 
 def test_a_rank_exiting_1_in_a_container_stops_every_node_within_the_bound(local):
     stamp = local.job_dir("node1", "fail_on_rank") / "failed_at"  # in the job folder: mounted in the container
-    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_STAMP": str(stamp), "FAIL_CODE": "1", "FAIL_NODE_RANK": "1",
-           "FAIL_AFTER_S": "2"}
+    env = dict(ENV, FAIL_STAMP=str(stamp), FAIL_CODE="1", FAIL_NODE_RANK="1", FAIL_AFTER_S="2")
     rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "nproc_per_node=2",
                                     extra={"gpufleet_env": env})
     ended = time.time()
@@ -199,7 +201,7 @@ def test_a_rank_exiting_1_in_a_container_stops_every_node_within_the_bound(local
 
 
 def test_a_rank_sigkilled_in_a_container_ends_the_job_on_every_node_within_the_bound(local):
-    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_NODE_RANK": "none"}  # nobody fails: every rank waits
+    env = dict(ENV, FAIL_NODE_RANK="none")  # nobody fails: every rank waits
     rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "nproc_per_node=2",
                                     "-e", "wait=false", extra={"gpufleet_env": env})
     assert rc == 0, out[-3000:]
@@ -224,8 +226,7 @@ def test_a_rank_sigkilled_in_a_container_ends_the_job_on_every_node_within_the_b
 
 def test_secrets_stay_out_of_inspect_logs_and_argument_lists_and_stop_yml_ends_the_containers(local):
     secret = "s3cr3t-Container-%d" % os.getpid()
-    env = {"GLOO_SOCKET_IFNAME": "lo", "HOLD_S": "120",
-           "EXPECTED_TOKEN_SHA256": hashlib.sha256(secret.encode()).hexdigest()}
+    env = dict(ENV, HOLD_S="120", EXPECTED_TOKEN_SHA256=hashlib.sha256(secret.encode()).hexdigest())
     rc, out, _seconds = local.train("-vvv", "-e", "script=%s/check_secret.py" % SCRIPTS, "-e", "job=secret",
                                     "-e", "wait=false", extra={"gpufleet_env": env,
                                                                "gpufleet_secret_env": {"API_TOKEN": secret}})
@@ -303,7 +304,7 @@ def test_two_nodes_holding_different_images_under_one_tag_are_refused_before_lau
 
 
 def test_max_restarts_launches_the_gang_again_in_fresh_containers(local):
-    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_CODE": "3", "FAIL_NODE_RANK": "1", "FAIL_AFTER_S": "0"}
+    env = dict(ENV, FAIL_CODE="3", FAIL_NODE_RANK="1", FAIL_AFTER_S="0")
     rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "max_restarts=1",
                                     extra={"gpufleet_env": env})
     assert rc != 0
@@ -315,7 +316,7 @@ def test_max_restarts_launches_the_gang_again_in_fresh_containers(local):
 
 
 def test_a_container_that_outlived_its_supervisor_is_removed_by_the_next_stop(local):
-    env = {"GLOO_SOCKET_IFNAME": "lo", "FAIL_NODE_RANK": "none"}
+    env = dict(ENV, FAIL_NODE_RANK="none")
     rc, out, _seconds = local.train("-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", "wait=false",
                                     extra={"gpufleet_env": env})
     assert rc == 0, out[-3000:]

@@ -9,10 +9,19 @@ from dataclasses import dataclass, field
 
 import ansible_runner
 import pytest
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 SCRIPTS = os.path.join(REPO, "tests", "integration", "scripts")
+with open(os.path.join(REPO, "inventories", "local", "group_vars", "gpu_nodes.yml")) as _handle:
+    _LOCAL_ENV = dict(yaml.safe_load(_handle)["gpufleet_env"])
+
+
+def local_env(**more: str) -> dict:
+    """The local inventory's gpufleet_env with more: a test's -e gpufleet_env replaces the inventory's whole, and its
+    two nodes on one machine need what it sets (Gloo over loopback, one intra-op thread per rank)."""
+    return dict(_LOCAL_ENV, **more)
 
 
 @dataclass

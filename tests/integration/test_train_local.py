@@ -14,7 +14,7 @@ import time
 import pytest
 
 import browser
-from conftest import REPO, SCRIPTS, proc_env_has
+from conftest import REPO, SCRIPTS, local_env, proc_env_has
 
 pytestmark = pytest.mark.integration
 STANDIN = os.path.join(REPO, "tests", "cluster", "scripts", "nvidia_smi_standin.py")
@@ -49,8 +49,7 @@ def test_the_wait_reads_each_node_with_one_shell_command_per_poll(local):
 
 def test_a_rank_exiting_3_fails_the_play_fast_and_leaves_nothing(local):
     stamp = local.root / "failed_at"
-    env = json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "FAIL_STAMP": str(stamp), "FAIL_CODE": "3",
-                                       "FAIL_NODE_RANK": "1"}})
+    env = json.dumps({"gpufleet_env": local_env(FAIL_STAMP=str(stamp), FAIL_CODE="3", FAIL_NODE_RANK="1")})
     run = local.playbook("train.yml", "-e", "script=%s/fail_on_rank.py" % SCRIPTS, "-e", env)
     ended = time.time()
     assert run.rc != 0
@@ -345,8 +344,8 @@ def test_train_from_the_built_and_installed_collection(tmp_path):
 def test_secret_env_reaches_the_ranks_but_no_log_argument_list_or_readable_file(local):
     secret = "s3cr3t-Value-%d" % os.getpid()
     extra = json.dumps({"gpufleet_secret_env": {"API_TOKEN": secret},
-                        "gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo", "HOLD_S": "60",
-                                         "EXPECTED_TOKEN_SHA256": hashlib.sha256(secret.encode()).hexdigest()}})
+                        "gpufleet_env": local_env(HOLD_S="60",
+                                                  EXPECTED_TOKEN_SHA256=hashlib.sha256(secret.encode()).hexdigest())})
     run = local.playbook("train.yml", "-vvv", "-e", "script=%s/check_secret.py" % SCRIPTS, "-e", "job=secret",
                          "-e", "wait=false", "-e", extra)
     assert run.rc == 0
@@ -375,7 +374,7 @@ def test_a_rank_raising_at_the_same_line_twice_is_not_restarted_a_third_time(loc
     """Restart by cause (restart_policy.py): real torchrun on two nodes, global rank 1 raises at
     raise_at_same_line.py:11 in each attempt; max_restarts=3 and min_progress_s=0 (the time guard off), so only the
     same place stops the restarts. The summary and the page say why."""
-    env = json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo"}})
+    env = json.dumps({"gpufleet_env": local_env()})
     for node in ("node0", "node1"):  # each "node" its own textfile folder, as each server has
         (local.root / "metrics" / node).mkdir(parents=True)
     run = local.playbook("train.yml", "-e", "script=%s/raise_at_same_line.py" % SCRIPTS, "-e", "max_restarts=3",
@@ -418,7 +417,7 @@ def test_a_peer_s_failure_and_stop_yml_each_leave_a_save_the_next_attempt_resume
     place of a flight recorder dump is kept aside and fetched."""
     ckpt = local.root / "ckpt"
     ckpt.mkdir()
-    env = {"GLOO_SOCKET_IFNAME": "lo", "CKPT_DIR": str(ckpt), "FAIL_NODE_RANK": "1", "FAIL_STEP": "10"}
+    env = local_env(CKPT_DIR=str(ckpt), FAIL_NODE_RANK="1", FAIL_STEP="10")
     args = ["-e", "script=%s/save_on_stop.py" % SCRIPTS, "-e", "job=saver", "-e", "stop_grace_s=20"]
     first = local.playbook("train.yml", *args, "-e", "max_restarts=1", "-e", "wait=false",
                            "-e", json.dumps({"gpufleet_env": env}))
@@ -464,7 +463,7 @@ def test_the_example_saves_when_stopped_and_resumes_from_that_step(local):
     """examples/train.py (DDP, Gloo) reads the stop notice: stop.yml mid-epoch leaves a checkpoint of the step it
     was in, and --resume goes on from that step to the end."""
     args = ["-e", "script=examples/train.py", "-e", "job=example", "-e", "stop_grace_s=30",
-            "-e", json.dumps({"gpufleet_env": {"GLOO_SOCKET_IFNAME": "lo"}})]
+            "-e", json.dumps({"gpufleet_env": local_env()})]
     first = local.playbook("train.yml", *args, "-e", "wait=false",
                            "-e", "script_args='--epochs 40 --step-s 0.1 --checkpoint-every 0'")
     assert first.rc == 0, first.out[-3000:]
