@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._provision import (
     dcgm,
+    driver_read,
     imex,
     nvidia,
     nvidia_hardware,
@@ -72,6 +73,10 @@ description:
     C(dcgm_exporter_version | dcgm_exporter_package(dcgm_version, kind)) is the DCGM exporter's package at its
     version (empty for the release built against C(dcgm_version)); C(dcgm_preflight_error) takes that version as a
     third argument where the exporter is installed.
+  - C(driver_facts | driver_read(sys_root, packages=[], moved=false)) says whether the driver role's read of the node
+    (C(__nvidia_driver_facts), or none) stands for a role's own read of C(sys_root) and of the installed version of
+    C(packages): the same sysfs, the same packages, and the driver not installed since (C(moved)) where a version is
+    asked (plugin_utils/_provision/driver_read.py).
   - Versions are compared numerically.
 options:
   _input:
@@ -161,6 +166,10 @@ def dcgm_exporter_package(wanted: Any, dcgm_version: Any, kind: Any) -> str:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def driver_read_covers(read: Any, sys_root: Any, packages: Any = (), moved: Any = False) -> bool:
+    return driver_read.covers(read, sys_root, list(packages or ()), bool(moved))
+
+
 def reboot_decision(facts: Any, allowed: Any) -> dict:
     return nvidia.reboot_decision(facts.get("installed_driver"), facts.get("loaded_driver"),
                                   bool(facts.get("gpu_present")), bool(allowed))
@@ -172,6 +181,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {"driver_branch_error": driver_branch_error, "cuda_driver_error": cuda_driver_error,
                 "nccl_cuda_error": nccl_cuda_error, "reboot_decision": reboot_decision,
+                "driver_read": driver_read_covers,
                 "open_modules_error": open_modules_error, "branch_flavor_error": branch_flavor_error,
                 "nvcc_gencode": nvcc_gencode, "needs_nvlsm": needs_nvlsm, "needs_imex": needs_imex,
                 "imex_error": imex_error, "imex_packages": nvidia_packaging.imex_packages,

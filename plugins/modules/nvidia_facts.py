@@ -113,6 +113,13 @@ installed_driver:
   returned: always
   type: str
   sample: 570.124.06
+read_of:
+  description:
+    - What this read covered, O(sys_root) and O(driver_packages) as given; the NVIDIA roles use a read of the driver
+      role's preflight instead of their own only where it covered theirs (filter C(gpufleet.cluster.driver_read)).
+  returned: always
+  type: dict
+  sample: {"sys_root": "/sys", "driver_packages": ["nvidia-driver-580-open", "nvidia-open"]}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -141,7 +148,8 @@ def main() -> None:
                      driver_origin=nvidia_node.driver_origin(loaded or installed, nvidia_node.installed_packages()
                                                              if loaded or installed else None),
                      driver_package_version=nvidia_node.package_version(tuple(module.params["driver_packages"]))
-                     if module.params["driver_packages"] else None)
+                     if module.params["driver_packages"] else None,
+                     read_of={"sys_root": sys_root, "driver_packages": module.params["driver_packages"]})
 
 
 if __name__ == "__main__":
