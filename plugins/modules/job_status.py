@@ -129,26 +129,26 @@ jobs:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "job": {"type": "str"},
-            **jobs.jobs_dir_spec(),
+            **job_read.jobs_dir_spec(),
             "tail": {"type": "int", "default": 0},
             "slurm_wait_s": {"type": "float", "default": 0.0},
         },
         supports_check_mode=True,
     )
     params = module.params
-    if params["job"] and not jobs.JOB_NAME_RE.match(params["job"]):
+    if params["job"] and not job_read.JOB_NAME_RE.match(params["job"]):
         module.fail_json(msg="job: %r is not a valid job name" % params["job"])
-    names = [params["job"]] if params["job"] else jobs.list_jobs(params["jobs_dir"])
+    names = [params["job"]] if params["job"] else job_read.list_jobs(params["jobs_dir"])
     found = []
     for name in names:
-        entry = jobs.status(jobs.job_dir(params["jobs_dir"], name), tail=params["tail"],
+        entry = job_read.status(job_read.job_dir(params["jobs_dir"], name), tail=params["tail"],
                             slurm_wait_s=params["slurm_wait_s"])
         entry["job"] = name
         found.append(entry)

@@ -129,14 +129,14 @@ containers_remaining:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "job": {"type": "str", "required": True},
-            **jobs.jobs_dir_spec(),
+            **job_read.jobs_dir_spec(),
             "reason": {"type": "str", "default": "stopped by request"},
             "timeout_s": {"type": "float", "default": 30},
             "cancel_scheduler": {"type": "bool", "default": True},
@@ -146,10 +146,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if not jobs.JOB_NAME_RE.match(params["job"]):
+    if not job_read.JOB_NAME_RE.match(params["job"]):
         module.fail_json(msg="job: %r is not a valid job name" % params["job"])
     result = jobs.stop(
-        jobs.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"],
+        job_read.job_dir(params["jobs_dir"], params["job"]), params["reason"], module.check_mode, params["timeout_s"],
         cancel_scheduler=params["cancel_scheduler"], stopped_for=params["stopped_for"], stacks=params["dump_stacks"],
     )
     if result.get("remaining"):

@@ -133,7 +133,7 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, launch_options
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs, launch_options
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
@@ -159,7 +159,7 @@ def main() -> None:
     run_id = values["run_id"] or job_processes.new_run_id()
     try:
         result = jobs.start(
-            jobs.job_dir(values["jobs_dir"], values["job"]),
+            job_read.job_dir(values["jobs_dir"], values["job"]),
             spec,
             run_id,
             supervisor_source(),

@@ -213,7 +213,7 @@ port_in_use:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import ib_counters, jobs, port_memory
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import ib_counters, job_read, port_memory
 from ansible_collections.gpufleet.cluster.plugins.module_utils._node import netinfo, node, nvidia_node
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import free_ports, gpu_health, runtimes
 
@@ -238,7 +238,7 @@ def main() -> None:
         argument_spec={
             "python": {"type": "str", "default": "python3"},
             "job": {"type": "str"},
-            **jobs.jobs_dir_spec(),
+            **job_read.jobs_dir_spec(),
             "pick_port": {"type": "bool", "default": False},
             "check_port": {"type": "int"},
             "extra_ports": {"type": "int", "default": 0},
@@ -267,7 +267,7 @@ def main() -> None:
         "gpu_health": health,
         "python": node.python_info(params["python"]),
         # Resolved here, once: later tasks use this absolute path, so '~' means the same thing to all of them.
-        "jobs_dir": jobs.job_dir(params["jobs_dir"], ""),
+        "jobs_dir": job_read.job_dir(params["jobs_dir"], ""),
     }
     result["iface"] = netinfo.interface_holding(params["address"]) if params["address"] else ""
     result["hostname_address"] = netinfo.hostname_address()
@@ -277,7 +277,7 @@ def main() -> None:
     runtime = runtimes.runtime_for(params["container_image"])
     result["container"] = runtime.probe(params["container_engine"], params["container_image"])
     if params["job"]:
-        result["job"] = jobs.status(jobs.job_dir(params["jobs_dir"], params["job"]))
+        result["job"] = job_read.status(job_read.job_dir(params["jobs_dir"], params["job"]))
     # The InfiniBand/RoCE ports for the gate, their counters remembered for the next probe (record_ib_counters).
     result["ib_ports"] = ib_counters.ports(params["sys_root"], params["env_files"], params["jobs_dir"],
                                            params["record_ib_counters"])

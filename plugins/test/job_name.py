@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job.jobs import JOB_NAME_RE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_read import JOB_NAME_RE
 
 DOCUMENTATION = r"""
 name: job_name

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Log forensics: what a node's job log says about why it failed (torchrun's and Open MPI's reports, the workers'
-error files), and the log's last lines. Reads files only; jobs.status() calls these."""
+error files), and the log's last lines. Reads files only; job_read.status() calls these."""
 
 from __future__ import annotations
 

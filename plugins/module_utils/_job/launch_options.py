@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs, launchers
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, launchers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import containers
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import RESIZABLE, SINGLE_ENTRY, SPARE_LAUNCHERS, Defaults
@@ -84,7 +84,7 @@ def argument_spec() -> dict:
     """The launch module's argument spec (a new copy each call)."""
     spec: dict = {
         "job": {"type": "str", "required": True},
-        **jobs.jobs_dir_spec(),
+        **job_read.jobs_dir_spec(),
         "run_id": {"type": "str"},
         "node_rank": {"type": "int", "required": True},
         "nnodes": {"type": "int", "required": True},
@@ -142,7 +142,7 @@ def problem(values: dict) -> str:
 
 
 def _basic_problem(values: dict) -> str:
-    if not jobs.JOB_NAME_RE.match(values["job"]):
+    if not job_read.JOB_NAME_RE.match(values["job"]):
         return "job: %r is not a valid job name (letters, digits, '.', '_', '-'; no '/', no spaces)" % values["job"]
     spares = len(values["spares"] or [])
     if not 0 <= values["node_rank"] < values["nnodes"] + spares:
@@ -210,7 +210,7 @@ def job_spec(values: dict, gpus_found: int) -> JobSpec:
     fields.update(
         nproc_per_node=nproc,
         world_size=values["world_size"] or values["nnodes"] * nproc,
-        workdir=workdir or jobs.job_dir(values["jobs_dir"], values["job"]),
+        workdir=workdir or job_read.job_dir(values["jobs_dir"], values["job"]),
         script_sha256=hashlib.sha256(content.encode()).hexdigest() if content else "",
         secret_env_sha256=secret_env_sha256(as_strings(values["secret_env"])),
         env=tuple(sorted((str(k), str(v)) for k, v in values["env"].items())),

@@ -37,7 +37,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_not
 
 LAUNCHERS = ("torchrun", "deepspeed", "mpirun", "horovodrun", "none")
 CHECKPOINT_DIR = "checkpoints"
-MANIFEST = "ranks.json"
 # torchrun's entry point in the job folder: run as `python -m` would, without the interpreter's teardown at its end
 # (module_utils/_runtime/launcher_entry.py says why).
 LAUNCHER_ENTRY = "launcher_entry.py"

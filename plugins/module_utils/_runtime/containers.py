@@ -31,12 +31,12 @@ from typing import Callable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
     LAUNCH_FILE,
+    PLACE_VARS,
     RUN_ID_VAR,
     SINGLE_ENTRY,
     TOKEN_VAR,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.schedulers import scheduler_of
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.spares import PLACE_VARS
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.stop_notice import STOP_FILE_VAR, STOP_GRACE_VAR
 
 ENGINES = ("docker", "podman")

@@ -22,8 +22,14 @@ GANG_KEY_FILE = "gang_key"
 # The job's nodes as MPI and DeepSpeed read them: ``<address> slots=<n>`` per node, in rank order; written at the
 # launch (launchers.hostfile_text) and again by the supervisor when the members change (spares.reshape).
 HOSTFILE = "hostfile"
+# The job's ranks per node (launchers.manifest_text), which the report reads mpirun's ranks by.
+MANIFEST = "ranks.json"
 RUN_ID_VAR = "GPUFLEET_RUN_ID"
 TOKEN_VAR = "GPUFLEET_RUN_TOKEN"
+# The variables launch.sh takes an attempt's place from (spares.place_env; launchers.place_prelude), in place_env's
+# order.
+PLACE_VARS = ("GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC", "GPUFLEET_NNODES", "GPUFLEET_WORLD_SIZE",
+              "GPUFLEET_MPI_HOSTS", "GPUFLEET_ALL_HOSTS")
 # Under Slurm: the master port and the relaunch ports, comma-separated, chosen when the allocation started.
 PORTS_VAR = "GPUFLEET_PORTS"
 

@@ -71,7 +71,7 @@ class SshScheduler:
         return ""
 
     def settle_status(self, result: dict, state: dict, wait_s: float) -> dict:  # pylint: disable=unused-argument
-        """A node part's status (jobs.status) with the scheduler's own word on the job; ssh has none."""
+        """A node part's status (job_read.status) with the scheduler's own word on the job; ssh has none."""
         return result
 
     def ports(self, spec: dict, environ: dict) -> list[int]:  # pylint: disable=unused-argument

@@ -94,7 +94,7 @@ def cancel(job_id: str, run: Callable[..., subprocess.CompletedProcess] = subpro
 
 
 def settle(result: dict, slurm: dict[str, str]) -> dict:
-    """A queued node part's state, given Slurm's state of its job (``result`` is jobs.state_of's)."""
+    """A queued node part's state, given Slurm's state of its job (``result`` is job_read.state_of's)."""
     result = dict(result, slurm=slurm)
     if result.get("state") != JobState.QUEUED:
         return result

@@ -22,7 +22,12 @@ from typing import Protocol
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang, LoneNode
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import SpareView, changes, next_members
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import HOSTFILE, HeartbeatPhase, JobState
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import (
+    HOSTFILE,
+    PLACE_VARS,
+    HeartbeatPhase,
+    JobState,
+)
 
 
 class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "replaced", "restart_reason",
@@ -34,11 +39,6 @@ class Placement(collections.namedtuple("Placement", ("node_rank", "attempt", "re
     def record(self) -> dict:
         """state.json's took_place_of."""
         return {"node_rank": self.node_rank, "host": self.replaced, "attempt": self.attempt, "why": self.restart_reason}
-
-
-# The variables launch.sh takes an attempt's place from (place_env; launchers.place_prelude), in place_env's order.
-PLACE_VARS = ("GPUFLEET_NODE_RANK", "GPUFLEET_MASTER_ADDR", "GPUFLEET_NPROC", "GPUFLEET_NNODES", "GPUFLEET_WORLD_SIZE",
-              "GPUFLEET_MPI_HOSTS", "GPUFLEET_ALL_HOSTS")
 
 
 class SpareHost(Protocol):

@@ -22,7 +22,7 @@ import shlex
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_logs import split_tail
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import supervisor_alive
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import LOG_FILE, SPEC_FILE, STATE_FILE
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job.jobs import state_of
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_read import state_of
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.slurm_jobs import parse_job, settle
 
 MARK = "\n@@gpufleet-poll "

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job.jobs import JOB_NAME_RE
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_read import JOB_NAME_RE
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import RESIZABLE, SPARE_LAUNCHERS
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.launch_script import ENV_NAME_RE

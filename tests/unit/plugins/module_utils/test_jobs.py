@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_logs, jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_logs, job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
     RankWatch,
     proc_start_ticks,
@@ -45,8 +45,8 @@ def env(tmp_path):
     yield tmp_path
     # Whatever a failing test left running is stopped; the stop itself is what other tests check.
     root = str(tmp_path / "jobs")
-    for name in jobs.list_jobs(root):
-        jobs.stop(jobs.job_dir(root, name), "test teardown", check_mode=False)
+    for name in job_read.list_jobs(root):
+        jobs.stop(job_read.job_dir(root, name), "test teardown", check_mode=False)
 
 
 def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0, launcher="torchrun"):
@@ -59,17 +59,17 @@ def make_spec(tmp_path, body, job="j", grace_s=1.0, node_rank=0, launcher="torch
 
 def launch(tmp_path, body, run_id=None, **kwargs):
     spec = make_spec(tmp_path, body, **kwargs)
-    path = jobs.job_dir(str(tmp_path / "jobs"), spec.job + ("" if spec.node_rank == 0 else "-n1"))
+    path = job_read.job_dir(str(tmp_path / "jobs"), spec.job + ("" if spec.node_rank == 0 else "-n1"))
     return path, spec, jobs.start(path, spec, run_id or R1, SOURCE, check_mode=False)
 
 
 def ended(path):
-    current = jobs.status(path)
+    current = job_read.status(path)
     return current if current["state"] in ENDED_STATES else None
 
 
 def token_processes(path):
-    spec = jobs.read_spec(path)
+    spec = job_read.read_spec(path)
     return run_processes(run_token(spec))
 
 
@@ -107,7 +107,7 @@ def test_stop_ends_every_process_of_the_run_even_escaped_and_term_ignoring_ones(
     assert time.monotonic() - started < 10
     assert result["changed"] and result["state"] == "stopped" and result["remaining"] == []
     assert token_processes(path) == []
-    final = jobs.status(path)
+    final = job_read.status(path)
     assert final["stop_reason"] == "test stop"
 
 
@@ -136,7 +136,7 @@ def test_two_jobs_side_by_side_stop_one(env):
     wait_for(lambda: token_processes(path_a) and token_processes(path_b))
     jobs.stop(path_a, "only a", check_mode=False)
     assert token_processes(path_a) == []
-    assert jobs.status(path_b)["state"] == "running" and token_processes(path_b)
+    assert job_read.status(path_b)["state"] == "running" and token_processes(path_b)
     jobs.stop(path_b, "cleanup", check_mode=False)
 
 
@@ -146,7 +146,7 @@ def test_two_nodes_of_one_run_on_one_machine_do_not_end_each_other(env):
     path1, _s1, _launched = launch(env, "sleep 0.2\nexit 5\n", node_rank=1, run_id=SAME)
     assert wait_for(lambda: ended(path1))["state"] == "failed"
     time.sleep(0.5)
-    assert jobs.status(path0)["state"] == "running" and token_processes(path0)
+    assert job_read.status(path0)["state"] == "running" and token_processes(path0)
     jobs.stop(path0, "cleanup", check_mode=False)
 
 
@@ -154,7 +154,7 @@ def test_killed_supervisor_is_reported_lost_and_its_launcher_dies(env):
     path, _spec, result = launch(env, "sleep 300\n")
     state = wait_for(lambda: read_json(os.path.join(path, "state.json")))
     os.kill(state["supervisor_pid"], signal.SIGKILL)
-    assert wait_for(lambda: jobs.status(path)["state"] == "lost")
+    assert wait_for(lambda: job_read.status(path)["state"] == "lost")
     # The launcher had the supervisor's death as its parent-death signal.
     wait_for(lambda: not os.path.exists("/proc/%d" % result["pid"]) or proc_start_ticks(result["pid"]) is None)
     assert jobs.stop(path, "cleanup", check_mode=False)["remaining"] == []
@@ -172,7 +172,7 @@ def test_same_spec_running_is_unchanged_and_other_spec_is_refused(env):
 
 def test_check_mode_writes_nothing_and_shows_the_script(env):
     spec = make_spec(env, "exit 0\n")
-    path = jobs.job_dir(str(env / "jobs"), "j")
+    path = job_read.job_dir(str(env / "jobs"), "j")
     result = jobs.start(path, spec, R1, SOURCE, check_mode=True)
     assert result["changed"] and result["pid"] is None
     assert not os.path.exists(path)
@@ -192,15 +192,15 @@ def test_relaunch_after_the_end_keeps_the_earlier_run_s_log_stacks_dumps_and_att
     os.makedirs(os.path.join(path, "attempts", "1"))
     with open(os.path.join(path, "attempts", "1", "stacks.txt"), "w") as handle:
         handle.write("run 1's first attempt's stacks")
-    first = jobs.status(path)
+    first = job_read.status(path)
     assert first["flight_recorder"]["dumps"] == ["rank_0"] and [a["attempt"] for a in first["earlier_attempts"]] == [1]
     jobs.start(path, spec, R2, SOURCE, check_mode=False)
-    wait_for(lambda: ended(path) and jobs.status(path).get("run_id") == R2)
+    wait_for(lambda: ended(path) and job_read.status(path).get("run_id") == R2)
     assert "first run" in open(os.path.join(path, "job.%s.log" % R1)).read()
     assert open(os.path.join(path, "flight_recorder.%s" % R1, "rank_0")).read() == "run 1's dump"
     assert open(os.path.join(path, "stacks.%s.txt" % R1)).read() == "run 1's stacks"
     assert open(os.path.join(path, "attempts.%s" % R1, "1", "stacks.txt")).read() == "run 1's first attempt's stacks"
-    second = jobs.status(path)
+    second = job_read.status(path)
     assert "earlier_attempts" not in second and not os.path.exists(os.path.join(path, "stacks.txt")), second
     assert open(os.path.join(path, "flight_recorder", "rank_0")).read() == "dump\n"  # the new run's own
 
@@ -216,15 +216,15 @@ def test_stop_in_check_mode_signals_nothing(env):
     path, _spec, _launched = launch(env, "sleep 300\n")
     wait_for(lambda: token_processes(path))
     assert jobs.stop(path, "x", check_mode=True)["changed"] is True
-    assert jobs.status(path)["state"] == "running"
+    assert job_read.status(path)["state"] == "running"
     jobs.stop(path, "cleanup", check_mode=False)
 
 
 def test_list_jobs(env):
     launch(env, "exit 0\n", job="a", run_id=RA)
     launch(env, "exit 0\n", job="b", run_id=RB)
-    assert jobs.list_jobs(str(env / "jobs")) == ["a", "b"]
-    assert jobs.list_jobs(str(env / "none")) == []
+    assert job_read.list_jobs(str(env / "jobs")) == ["a", "b"]
+    assert job_read.list_jobs(str(env / "none")) == []
 
 
 def test_tail_lines_reads_only_the_end(tmp_path):
@@ -259,7 +259,7 @@ def test_script_content_is_written_privately_and_changed_code_is_a_changed_spec(
     spec = JobSpec(job="inline", node_rank=0, nnodes=1, nproc_per_node=1, world_size=1, master_addr="127.0.0.1",
                    master_port=29500, python=str(env / "fake-python"), script="sub/run.sh", workdir=str(code),
                    script_sha256="a")
-    path = jobs.job_dir(str(env / "jobs"), "inline")
+    path = job_read.job_dir(str(env / "jobs"), "inline")
     jobs.start(path, spec, R1, SOURCE, check_mode=False, script_content="echo inline ran\nsleep 300\n")
     wait_for(lambda: "inline ran" in open(os.path.join(path, "job.log")).read())
     assert (code / "sub" / "run.sh").stat().st_mode & 0o077 == 0
@@ -358,7 +358,7 @@ def test_mpirun_root_cause_of_a_rank_killed_by_a_signal():
 def test_a_gang_without_its_key_is_refused_before_anything_is_written(tmp_path):
     spec = JobSpec(**dict(make_spec(tmp_path, "exit 0\n").as_dict(), script_args=(), env=(),
                           nodes=(("node0", "127.0.0.1"), ("node1", "127.0.0.2"))))
-    path = jobs.job_dir(str(tmp_path / "jobs"), spec.job)
+    path = job_read.job_dir(str(tmp_path / "jobs"), spec.job)
     with pytest.raises(jobs.JobError, match="gang_key: is required when nodes are given"):
         jobs.start(path, spec, R1, SOURCE, check_mode=False)
     assert not os.path.exists(path)

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import slurm_jobs, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
@@ -109,7 +109,7 @@ def prepare(tmp_path, body, node="node9", rank=0, master_port=0, max_restarts=0)
     spec = JobSpec(job="train", node_rank=rank, nnodes=1, nproc_per_node=1, world_size=1, master_addr="127.0.0.1",
                    master_port=master_port, python=str(fake), script=str(script), workdir=str(tmp_path), grace_s=1.0,
                    max_restarts=max_restarts, scheduler="slurm", slurm_node=node, slurm_job_id="41")
-    path = jobs.job_dir(str(tmp_path / "jobs"), "train")
+    path = job_read.job_dir(str(tmp_path / "jobs"), "train")
     return path, jobs.start(path, spec, "run-41-%s" % uuid.uuid4().hex[:8], SOURCE, check_mode=False)
 
 
@@ -120,7 +120,7 @@ def test_the_launch_prepares_the_folder_and_starts_nothing(tmp_path, slurm_clien
     assert (state["state"], state["slurm_job_id"], state["slurm_node"]) == ("queued", "41", "node9")
     assert not os.path.exists(os.path.join(path, "job.log"))  # nothing ran
     assert os.stat(os.path.join(path, slurm_jobs.TASK_FILE)).st_mode & 0o777 == 0o700
-    status = jobs.status(path)
+    status = job_read.status(path)
     assert (status["state"], status["running"], status["slurm"]["reason"]) == ("queued", True, "Resources")
 
 
@@ -132,7 +132,7 @@ def test_the_poll_and_job_status_read_a_queued_part_alike(tmp_path, slurm_client
                         ("slurm_load_jobs error: Invalid job id specified", "stopped")):
         answer(text)
         out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
-        light, full = job_poll.parse(out), jobs.status(path)
+        light, full = job_poll.parse(out), job_read.status(path)
         assert light["state"] == full["state"] == state, (text, light, full)
         assert light["slurm"] == full["slurm"]
 
@@ -152,7 +152,7 @@ def test_the_task_runs_the_supervisor_in_the_foreground_on_the_ports_slurm_start
     done = run_task(path, "node9", env={"GPUFLEET_PORTS": ",".join(map(str, picked))})
     # srun's task is the supervisor itself: it returns when the node's part has ended, with its exit code.
     assert done.returncode == 0, open(os.path.join(path, "supervisor.log")).read()
-    status = jobs.status(path)
+    status = job_read.status(path)
     assert (status["state"], status["master_port"]) == ("succeeded", picked[0])
     assert status["slurm_job_id"] == "41" and status["slurm_node"] == "node9"
     assert "port %d run 41" % picked[0] in open(os.path.join(path, "job.log")).read()
@@ -163,14 +163,14 @@ def test_the_task_refuses_a_node_it_was_not_prepared_for(tmp_path, slurm_client)
     done = run_task(path, "node7")
     assert done.returncode == 1
     assert "was prepared for Slurm node node9 (node_rank 2), but Slurm ran this task on node7" in done.stderr
-    assert jobs.status(path)["state"] == JobState.QUEUED  # nothing ran
+    assert job_read.status(path)["state"] == JobState.QUEUED  # nothing ran
 
 
 def test_a_failing_part_exits_non_zero_so_srun_ends_the_step(tmp_path, slurm_client):
     path, _ = prepare(tmp_path, "exit 3\n")
     done = run_task(path, "node9", env={"GPUFLEET_PORTS": "29611"})
     assert done.returncode == 3
-    assert jobs.status(path)["state"] == JobState.FAILED
+    assert job_read.status(path)["state"] == JobState.FAILED
 
 
 def test_stopping_a_queued_part_cancels_the_slurm_job_and_records_the_stop(tmp_path, slurm_client):
@@ -181,7 +181,7 @@ def test_stopping_a_queued_part_cancels_the_slurm_job_and_records_the_stop(tmp_p
     assert "scancel 41" in calls()  # queued: cancelled whatever cancel_scheduler says
     assert result["state"] == JobState.STOPPED and result["scancel"] == "cancelled Slurm job 41"
     answer(PENDING.replace("PENDING", "CANCELLED"))
-    assert jobs.status(path)["state"] == JobState.STOPPED
+    assert job_read.status(path)["state"] == JobState.STOPPED
 
 
 def test_a_user_s_stop_of_a_running_part_tells_the_ranks_before_scancel_signals_them(tmp_path, slurm_client,
@@ -195,7 +195,7 @@ def test_a_user_s_stop_of_a_running_part_tells_the_ranks_before_scancel_signals_
     task = subprocess.Popen(["/bin/sh", os.path.join(path, slurm_jobs.TASK_FILE)],  # pylint: disable=consider-using-with
                             env=dict(os.environ, SLURMD_NODENAME="node9", SLURM_JOB_ID="41", GPUFLEET_PORTS="29613"))
     try:
-        wait_for(lambda: jobs.status(path)["state"] == "running")
+        wait_for(lambda: job_read.status(path)["state"] == "running")
         result = jobs.stop(path, "stopped with playbooks/stop.yml", check_mode=False)
         assert result["state"] == JobState.STOPPED and result["scancel"] == "cancelled Slurm job 41", result
         made = calls()
@@ -213,7 +213,7 @@ def test_a_gang_stop_of_a_running_part_leaves_the_slurm_job_to_end_by_itself(tmp
     task = subprocess.Popen(["/bin/sh", os.path.join(path, slurm_jobs.TASK_FILE)],  # pylint: disable=consider-using-with
                             env=dict(os.environ, SLURMD_NODENAME="node9", SLURM_JOB_ID="41", GPUFLEET_PORTS="29612"))
     try:
-        wait_for(lambda: jobs.status(path)["state"] == "running")
+        wait_for(lambda: job_read.status(path)["state"] == "running")
         result = jobs.stop(path, "stopped by gpufleet: node8 (node_rank 1) failed", check_mode=False,
                            cancel_scheduler=False)
         assert result["state"] == JobState.STOPPED and "scancel" not in result

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import spares, supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import Gang
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.heartbeat import Heartbeat
@@ -48,12 +48,12 @@ class WithSpare:
                         workdir=str(tmp_path), grace_s=1.0, nodes=nodes, spares=spare_nodes, slots=(1,) * len(nodes),
                         heartbeat_s=0.2, heartbeat_misses=5,
                         join_timeout_s=10.0, **spec_args)
-            path = jobs.job_dir(str(tmp_path / name), "g")
+            path = job_read.job_dir(str(tmp_path / name), "g")
             jobs.start(path, JobSpec(**args), RUN, SOURCE, check_mode=False, gang_key=KEY)
             self.paths.append(path)
 
     def status(self, index):
-        return jobs.status(self.paths[index], tail=50)
+        return job_read.status(self.paths[index], tail=50)
 
     def ended(self, indexes=(0, 1, 2)):
         found = [self.status(index) for index in indexes]
@@ -84,11 +84,11 @@ def test_a_spare_takes_a_lost_nodes_rank_and_the_job_succeeds(with_spare):
     body = 'if [ "$GPUFLEET_ATTEMPT" = 1 ]; then exec sleep 1000; fi\nsleep 0.5; echo done\n'
     job = with_spare(body, max_restarts=1, restart_ports=(free_udp_port(),))
     wait_for(lambda: [job.status(i)["state"] for i in (0, 1, 2)] == ["running", "running", "standby"])
-    assert not run_processes(run_token(jobs.read_spec(job.paths[2])))  # standing by, the spare runs nothing
+    assert not run_processes(run_token(job_read.read_spec(job.paths[2])))  # standing by, the spare runs nothing
     # n1 goes away whole: its supervisor and its part.
     lost = job.status(1)
     os.kill(lost["supervisor_pid"], signal.SIGKILL)
-    for pid in run_processes(run_token(jobs.read_spec(job.paths[1]))):
+    for pid in run_processes(run_token(job_read.read_spec(job.paths[1]))):
         os.kill(pid, signal.SIGKILL)
     node0, spare = wait_for(lambda: job.ended((0, 2)), timeout=40)
     assert node0["state"] == "succeeded" and spare["state"] == "succeeded", (node0, spare)
@@ -120,7 +120,7 @@ def test_node1_alone_after_losing_node0_replaces_nobody(with_spare):
     job = with_spare(body, max_restarts=1, restart_ports=(free_udp_port(),))
     wait_for(lambda: [job.status(i)["state"] for i in (0, 1, 2)] == ["running", "running", "standby"])
     os.kill(job.status(0)["supervisor_pid"], signal.SIGKILL)
-    for pid in run_processes(run_token(jobs.read_spec(job.paths[0]))):
+    for pid in run_processes(run_token(job_read.read_spec(job.paths[0]))):
         os.kill(pid, signal.SIGKILL)
     node1, spare = wait_for(lambda: job.ended((1, 2)), timeout=40)
     # Two nodes, node 0 lost: node1 hears exactly half the gang without node 0, so it may be the one cut off.
@@ -136,7 +136,7 @@ def test_a_lost_node_zero_is_replaced_and_the_master_address_moves_to_the_spare(
     job = with_spare(body, nodes=THREE, max_restarts=1, restart_ports=(free_udp_port(),))
     wait_for(lambda: [job.status(i)["state"] for i in range(4)] == ["running", "running", "running", "standby"])
     os.kill(job.status(0)["supervisor_pid"], signal.SIGKILL)
-    for pid in run_processes(run_token(jobs.read_spec(job.paths[0]))):
+    for pid in run_processes(run_token(job_read.read_spec(job.paths[0]))):
         os.kill(pid, signal.SIGKILL)
     ended = wait_for(lambda: job.ended((1, 2, 3)), timeout=40)
     assert [s["state"] for s in ended] == ["succeeded"] * 3, ended
@@ -206,7 +206,7 @@ def test_without_a_spare_the_gang_goes_on_without_a_lost_node_zero_renumbered_wh
                      restart_ports=(free_udp_port(),))
     wait_for(lambda: [job.status(i)["state"] for i in range(3)] == ["running"] * 3)
     os.kill(job.status(0)["supervisor_pid"], signal.SIGKILL)
-    for pid in run_processes(run_token(jobs.read_spec(job.paths[0]))):
+    for pid in run_processes(run_token(job_read.read_spec(job.paths[0]))):
         os.kill(pid, signal.SIGKILL)
     ended = wait_for(lambda: job.ended((1, 2)), timeout=40)
     assert [s["state"] for s in ended] == ["succeeded"] * 2, ended

@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang import LoneNode, sign, verify
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.gang_rules import gang_failure
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_processes import (
@@ -76,19 +76,19 @@ class Gang2:
                         join_timeout_s=10.0)
             args.update(spec_args, **rank_args[rank])
             spec = JobSpec(**args)
-            path = jobs.job_dir(str(tmp_path / ("node%d" % rank)), "g")
+            path = job_read.job_dir(str(tmp_path / ("node%d" % rank)), "g")
             jobs.start(path, spec, RUN, SOURCE, check_mode=False, gang_key=KEY)
             self.paths.append(path)
 
     def status(self, rank):
-        return jobs.status(self.paths[rank], tail=50)
+        return job_read.status(self.paths[rank], tail=50)
 
     def ended(self):
         found = [self.status(rank) for rank in (0, 1)]
         return found if all(s["state"] in ENDED_STATES for s in found) else None
 
     def processes(self):
-        return [pid for path in self.paths for pid in run_processes(run_token(jobs.read_spec(path)))]
+        return [pid for path in self.paths for pid in run_processes(run_token(job_read.read_spec(path)))]
 
     def stop_all(self):
         for path in self.paths:
@@ -170,9 +170,9 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
     spec = JobSpec(job="g", node_rank=0, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
                    master_port=free_udp_port(), python=str(fake), script=str(script), workdir=str(tmp_path),
                    grace_s=1.0, nodes=NODES, heartbeat_s=0.2, join_timeout_s=1.5)
-    path = jobs.job_dir(str(tmp_path / "node0"), "g")
+    path = job_read.job_dir(str(tmp_path / "node0"), "g")
     jobs.start(path, spec, RUN, SOURCE, check_mode=False, gang_key=KEY)
-    final = wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES and jobs.status(path), timeout=15)
+    final = wait_for(lambda: job_read.status(path)["state"] in ENDED_STATES and job_read.status(path), timeout=15)
     assert final["state"] == "stopped"
     # Who was never heard, on which UDP port, how long this node waited, and what to check.
     found = re.search(r"no heartbeat from n1 \(node_rank 1\) arrived at this node's UDP port (\d+) in the ([\d.]+) s "
@@ -186,7 +186,7 @@ def test_a_node_that_never_joins_stops_the_other_after_the_join_timeout(tmp_path
 def test_forged_heartbeats_are_ignored(gang):
     g = gang([FOREVER, FOREVER])
     wait_for(lambda: all(g.status(r)["state"] == "running" for r in (0, 1)))
-    spec = jobs.read_spec(g.paths[0])
+    spec = job_read.read_spec(g.paths[0])
     forged = sign(b"not-the-key", {"run": RUN, "rank": 1, "attempt": 1, "phase": "ended",
                                        "outcome": "failed", "exit_code": 1})
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -301,7 +301,7 @@ RESTARTABLE = (
 def test_max_restarts_launches_the_whole_gang_again_on_the_next_port(gang):
     g = gang([RESTARTABLE, RESTARTABLE], max_restarts=1, restart_ports=(free_udp_port(),))
     ended = wait_for(g.ended, timeout=30)
-    second_port = jobs.read_spec(g.paths[0])["restart_ports"][0]
+    second_port = job_read.read_spec(g.paths[0])["restart_ports"][0]
     for rank, state in enumerate(ended):
         assert state["state"] == "succeeded", state
         assert [a["attempt"] for a in state["attempts"]] == [1, 2]
@@ -437,7 +437,7 @@ def test_a_rank_hears_why_and_how_long_before_its_sigterm_at_a_peer_s_failure_an
 def test_launch_without_a_gang_key_is_refused_before_writing_anything(tmp_path):
     spec = JobSpec(job="g", node_rank=0, nnodes=2, nproc_per_node=1, world_size=2, master_addr="127.0.0.1",
                    master_port=29500, python="python3", script="x.py", workdir=str(tmp_path), nodes=NODES)
-    path = jobs.job_dir(str(tmp_path / "node0"), "g")
+    path = job_read.job_dir(str(tmp_path / "node0"), "g")
     with pytest.raises(jobs.JobError, match="gang_key"):
         jobs.start(path, spec, RUN, SOURCE, check_mode=False)
     assert not os.path.exists(path)

@@ -6,7 +6,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.modules import launch
 
 
@@ -27,7 +27,7 @@ def args(tmp_path):
             "master_addr": "127.0.0.1", "master_port": 29999, "python": str(fake), "script": "train.py",
             "workdir": str(tmp_path), "script_args": ["--name", "a b"], "env": {"K": "v w"}}
     yield base
-    jobs.stop(jobs.job_dir(base["jobs_dir"], "unit"), "test teardown", check_mode=False)
+    jobs.stop(job_read.job_dir(base["jobs_dir"], "unit"), "test teardown", check_mode=False)
 
 
 def test_check_mode_renders_a_diff_and_starts_nothing(capsys, args):
@@ -73,7 +73,7 @@ def test_secret_env_is_in_an_owner_only_file_and_never_in_output_or_spec(capsys,
     result = run_module(capsys, dict(args, secret_env={"API_TOKEN": secret}, _ansible_diff=True))
     assert result["changed"] is True
     assert secret not in json.dumps(result)  # no_log masks it, and nothing returns it
-    path = jobs.job_dir(args["jobs_dir"], "unit")
+    path = job_read.job_dir(args["jobs_dir"], "unit")
     secret_file = os.path.join(path, "secret_env")
     assert oct(os.stat(secret_file).st_mode & 0o777) == "0o600"
     assert "export API_TOKEN=%s" % secret in open(secret_file).read()

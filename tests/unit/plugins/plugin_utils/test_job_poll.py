@@ -1,6 +1,6 @@
 """The wait's light poll says what job_status says: its shell command is run here with /bin/sh against real jobs
 (the real supervisor, a stand-in torchrun that runs the script with bash, as in test_jobs.py), and its parsed
-output is compared with jobs.status() of the same folder, in every state the wait acts on."""
+output is compared with job_read.status() of the same folder, in every state the wait acts on."""
 
 import os
 import signal
@@ -10,7 +10,7 @@ import sys
 import pytest
 import uuid
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import jobs
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
 from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime.job_states import ENDED_STATES, JobState
@@ -34,8 +34,8 @@ def jobs_home(tmp_path):
     home.mkdir()
     yield tmp_path, home
     root = str(home / ".gpufleet" / "jobs")
-    for name in jobs.list_jobs(root):
-        jobs.stop(jobs.job_dir(root, name), "test teardown", check_mode=False)
+    for name in job_read.list_jobs(root):
+        jobs.stop(job_read.job_dir(root, name), "test teardown", check_mode=False)
 
 
 def start(tmp_path, home, job, body):
@@ -44,7 +44,7 @@ def start(tmp_path, home, job, body):
     spec = JobSpec(job=job, node_rank=0, nnodes=1, nproc_per_node=1, world_size=1, master_addr="127.0.0.1",
                    master_port=29500, python=str(tmp_path / "fake-python"), script=str(script),
                    workdir=str(tmp_path), grace_s=1.0)
-    path = jobs.job_dir(str(home / ".gpufleet" / "jobs"), job)
+    path = job_read.job_dir(str(home / ".gpufleet" / "jobs"), job)
     jobs.start(path, spec, "run-%s-%s" % (job, uuid.uuid4().hex[:8]), SOURCE, check_mode=False)  # unique: see test_jobs
     return path
 
@@ -61,7 +61,7 @@ def light(home, job):
 
 
 def assert_same(home, path, job):
-    full = jobs.status(path)
+    full = job_read.status(path)
     found = light(home, job)
     assert {key: found.get(key) for key in COMPARED} == {key: full.get(key) for key in COMPARED}
     return found
@@ -75,9 +75,9 @@ def test_a_job_that_is_not_there_is_absent(jobs_home):
 def test_running_then_succeeded_read_the_same_as_job_status(jobs_home):
     tmp, home = jobs_home
     path = start(tmp, home, "ok", "echo first\nsleep 1.5\necho 'the last line'\nexit 0\n")
-    wait_for(lambda: jobs.status(path)["state"] == "running" and jobs.status(path)["last_line"] == "first")
+    wait_for(lambda: job_read.status(path)["state"] == "running" and job_read.status(path)["last_line"] == "first")
     assert assert_same(home, path, "ok")["running"] is True
-    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
+    wait_for(lambda: job_read.status(path)["state"] in ENDED_STATES)
     found = assert_same(home, path, "ok")
     assert (found["state"], found["last_line"], found["exit_code"]) == ("succeeded", "the last line", 0)
 
@@ -85,17 +85,17 @@ def test_running_then_succeeded_read_the_same_as_job_status(jobs_home):
 def test_a_failure_reads_the_same_as_job_status(jobs_home):
     tmp, home = jobs_home
     path = start(tmp, home, "bad", "echo about to fail\nexit 3\n")
-    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
+    wait_for(lambda: job_read.status(path)["state"] in ENDED_STATES)
     assert assert_same(home, path, "bad")["state"] == "failed"
 
 
 def test_a_supervisor_gone_without_an_end_is_lost_in_both(jobs_home):
     tmp, home = jobs_home
     path = start(tmp, home, "lost", "echo started\nexec sleep 300\n")
-    pid = wait_for(lambda: jobs.status(path).get("supervisor_pid"))
-    wait_for(lambda: jobs.status(path)["state"] == "running")
+    pid = wait_for(lambda: job_read.status(path).get("supervisor_pid"))
+    wait_for(lambda: job_read.status(path)["state"] == "running")
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: jobs.status(path)["state"] == JobState.LOST)
+    wait_for(lambda: job_read.status(path)["state"] == JobState.LOST)
     found = assert_same(home, path, "lost")
     assert "is gone without recording an end" in found["lost_reason"]
 
@@ -104,7 +104,7 @@ def test_the_last_line_of_a_long_log_is_read_from_its_end(jobs_home):
     tmp, home = jobs_home
     body = "for i in $(seq 1 3000); do echo \"step $i of a long log\"; done\necho 'done: loss 0.01'\nexit 0\n"
     path = start(tmp, home, "long", body)
-    wait_for(lambda: jobs.status(path)["state"] in ENDED_STATES)
+    wait_for(lambda: job_read.status(path)["state"] in ENDED_STATES)
     assert os.path.getsize(os.path.join(path, "job.log")) > job_poll.LOG_BYTES
     assert assert_same(home, path, "long")["last_line"] == "done: loss 0.01"
 
