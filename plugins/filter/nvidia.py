@@ -75,8 +75,8 @@ description:
     third argument where the exporter is installed.
   - C(driver_facts | driver_read(sys_root, packages=[], moved=false)) says whether the driver role's read of the node
     (C(__nvidia_driver_facts), or none) stands for a role's own read of C(sys_root) and of the installed version of
-    C(packages): the same sysfs, the same packages, and the driver not installed since (C(moved)) where a version is
-    asked (plugin_utils/_provision/driver_read.py).
+    C(packages), that is whether it read the same sysfs and the same packages and, where a version is asked, the
+    driver was not installed since (C(moved)) (plugin_utils/_provision/driver_read.py).
   - Versions are compared numerically.
 options:
   _input:

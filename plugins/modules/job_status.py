@@ -149,7 +149,7 @@ def main() -> None:
     found = []
     for name in names:
         entry = job_read.status(job_read.job_dir(params["jobs_dir"], name), tail=params["tail"],
-                            slurm_wait_s=params["slurm_wait_s"])
+                                slurm_wait_s=params["slurm_wait_s"])
         entry["job"] = name
         found.append(entry)
     module.exit_json(changed=False, jobs=found)
