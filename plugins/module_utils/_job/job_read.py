@@ -108,7 +108,7 @@ def is_running(current: dict) -> bool:
 
 
 def list_jobs(jobs_dir: str) -> list[str]:
-    root = os.path.abspath(os.path.expanduser(jobs_dir))
+    root = job_dir(jobs_dir, "")
     try:
         names = sorted(os.listdir(root))
     except OSError:

@@ -46,11 +46,11 @@ def parts(root: ModuleType | None = None) -> list[ModuleType]:
     """root (the supervisor by default) and every runtime module it imports, directly or not, each after those it
     imports (a cycle is an error: the one file could not define both parts before each other)."""
     if root is None:
-        # Here, not at the top: the node's modules that import this one for entry_source and hook_source (node_probe,
-        # job_status, job_stop through _job.jobs) then do not import the whole supervisor on every run, which an
-        # AnsiballZ module pays for by compiling each file from its zip (0.42 -> 0.35 CPU s a node_probe run, measured
-        # from its own payload). Ansible still ships the supervisor with them: its finder reads every import statement,
-        # a function's too.
+        # Here, not at the top: a node module that imports this one only for entry_source and hook_source (job_stop,
+        # through _job.jobs) then does not import the whole supervisor on every run, which an AnsiballZ module pays
+        # for by compiling each file from its zip (0.42 -> 0.35 CPU s of node_probe's imports when it still came this
+        # way; node_probe and job_status now read jobs through _job.job_read, without this module). Ansible still
+        # ships the supervisor with job_stop: its finder reads every import statement, a function's too.
         from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor
 
         root = supervisor
