@@ -61,6 +61,7 @@ BIN = os.path.dirname(sys.executable)
 sys.path[:0] = [os.path.join(REPO, "tests", "cluster"), os.path.join(REPO, "collections")]
 
 import testbed  # noqa: E402  pylint: disable=wrong-import-position
+from ansible.plugins.connection.ssh import Connection as SshConnection  # noqa: E402  pylint: disable=wrong-import-position
 from harness import Cluster, recap  # noqa: E402  pylint: disable=wrong-import-position
 from launch_overhead import last_stamp  # noqa: E402  pylint: disable=wrong-import-position
 from jobfaults import kill_in_node, pid_of, train, wait_gone, wait_training  # noqa: E402
@@ -232,22 +233,32 @@ class Bench:
 
     # -- SSH as pdsh/pssh users have it
 
-    def ssh_cmd(self, node: str, control_dir: str, remote: str) -> list[str]:
+    def ssh_cmd(self, node: str, control_dir: str, remote: str, control_path: str = "%C") -> list[str]:
         return ["ssh", "-i", self.info["key"], "-o", "UserKnownHostsFile=%s" % self.info["known_hosts"],
-                "-o", "StrictHostKeyChecking=yes", *SSH_ARGS, "-o", "ControlPath=%s/%%C" % control_dir,
+                "-o", "StrictHostKeyChecking=yes", *SSH_ARGS, "-o", "ControlPath=%s/%s" % (control_dir, control_path),
                 "-p", str(self.ports.get(node, 22)), "root@%s" % self.cluster.addresses[node], remote]
 
+    def ansible_control_path(self, node: str) -> str:
+        """The name of the socket Ansible's ssh connection uses for node in its control path folder: a hash of the
+        address, the inventory's ansible_port (None where it sets none) and the user, not ssh's %C."""
+        port = self.ports.get(node, 22)
+        return os.path.basename(SshConnection._create_control_path(  # pylint: disable=protected-access
+            self.cluster.addresses[node], port if port != 22 else None, "root"))
+
     def warm_up(self, control_dir: str) -> None:
-        """Open a persistent SSH connection to every node in control_dir (untimed)."""
-        procs = [subprocess.Popen(self.ssh_cmd(node, control_dir, "true"), stdout=subprocess.DEVNULL,  # noqa: S603
-                                  stderr=subprocess.DEVNULL) for node in self.nodes]
+        """Open a persistent SSH connection to every node in control_dir (untimed), two per node: the direct way's
+        (ssh's %C) and train.yml's (Ansible's own name for it), so that both sides start warm."""
+        procs = [subprocess.Popen(self.ssh_cmd(node, control_dir, "true", path), stdout=subprocess.DEVNULL,  # noqa: S603
+                                  stderr=subprocess.DEVNULL)
+                 for node in self.nodes for path in ("%C", self.ansible_control_path(node))]
         for proc in procs:
             proc.wait(timeout=120)
 
     def close(self, control_dir: str) -> None:
         for node in self.nodes:
-            command = self.ssh_cmd(node, control_dir, "true")
-            subprocess.run(command[:-2] + ["-O", "exit", command[-2]], capture_output=True, check=False)
+            for path in ("%C", self.ansible_control_path(node)):
+                command = self.ssh_cmd(node, control_dir, "true", path)
+                subprocess.run(command[:-2] + ["-O", "exit", command[-2]], capture_output=True, check=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
