@@ -32,21 +32,23 @@ _OWN_PACKAGE = "ansible_collections."
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(module: ModuleType) -> tuple[str, ast.Module]:
-    """A part's source and its syntax tree, read and parsed once for parts() and shipped_source() both (parsing the
-    runtime twice was a fifth of the launch module's own CPU on a node)."""
-    source = inspect.getsource(module)
-    return source, ast.parse(source)
+def _top_imports(module: ModuleType) -> tuple[tuple[str, tuple[str, ...], int, int], ...]:
+    """A part's top-level `from X import ...` statements (X, the names, first and last line), from one parse of its
+    source for part_imports() and shipped_source() both: parsing the runtime twice was a fifth of the launch module's
+    own CPU on a node. Only these few tuples are kept, not the syntax tree, whose hundreds of thousands of objects the
+    garbage collector would walk for the rest of the run."""
+    return tuple((node.module or "", tuple(alias.name for alias in node.names), node.lineno,
+                  node.end_lineno or node.lineno)
+                 for node in ast.parse(inspect.getsource(module)).body if isinstance(node, ast.ImportFrom))
 
 
 def part_imports(module: ModuleType) -> list[str]:
     """The runtime modules a part imports, by full name, in the order its source names them."""
     found: list[str] = []
-    for node in _parsed(module)[1].body:
-        if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(RUNTIME):
+    for source_module, imported, _first, _last in _top_imports(module):
+        if not source_module.startswith(RUNTIME):
             continue
-        names = ([node.module] if node.module != RUNTIME
-                 else ["%s.%s" % (RUNTIME, alias.name) for alias in node.names])
+        names = [source_module] if source_module != RUNTIME else ["%s.%s" % (RUNTIME, name) for name in imported]
         found += [name for name in names if name not in found]
     return found
 
@@ -84,12 +86,11 @@ def shipped_source() -> str:
     `from __future__` line after the first part (Python allows it only at the top)."""
     chunks = []
     for index, module in enumerate(parts()):
-        source, tree = _parsed(module)
+        source = inspect.getsource(module)
         dropped: set[int] = set()
-        for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and (
-                    (node.module or "").startswith(_OWN_PACKAGE) or (index and node.module == "__future__")):
-                dropped.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        for source_module, _names, first, last in _top_imports(module):
+            if source_module.startswith(_OWN_PACKAGE) or (index and source_module == "__future__"):
+                dropped.update(range(first, last + 1))
         kept = [line for number, line in enumerate(source.splitlines(), 1) if number not in dropped]
         chunks.append("# ---- gpufleet %s ----\n%s" % (module.__name__.rsplit(".", 1)[-1], "\n".join(kept)))
     return "\n\n\n".join(chunks) + "\n"
