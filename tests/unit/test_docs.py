@@ -1,5 +1,6 @@
 """Every module of the collection documents itself: ansible-doc renders it, with examples and return values."""
 
+import importlib
 import json
 import re
 import os
@@ -30,6 +31,35 @@ def test_ansible_doc_renders_the_other_plugins(kind, name):
                            "gpufleet.cluster.%s" % name], cwd=REPO, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gpufleet.cluster.%s" % name]["doc"]["short_description"]
+
+
+def jinja_plugins(kind):
+    """(file, the names it defines) for each filter or test plugin file: what ansible-doc must render."""
+    folder = os.path.join(REPO, "plugins", kind)
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and name != "__init__.py":
+            module = importlib.import_module("ansible_collections.gpufleet.cluster.plugins.%s.%s" % (kind, name[:-3]))
+            names = module.FilterModule().filters() if kind == "filter" else module.TestModule().tests()
+            found.append((kind, name, sorted(names)))
+    return found
+
+
+JINJA_PLUGINS = jinja_plugins("filter") + jinja_plugins("test")
+
+
+@pytest.mark.parametrize("kind,path,names", JINJA_PLUGINS, ids=["%s/%s" % (kind, path) for kind, path, _n in JINJA_PLUGINS])
+def test_ansible_doc_renders_every_filter_and_test(kind, path, names):
+    """A filter file's DOCUMENTATION that does not parse (a ': ' in a plain YAML scalar) leaves every filter of the
+    file without documentation, and no test that runs the filter notices."""
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", "-t", kind]
+                          + ["gpufleet.cluster.%s" % name for name in names],
+                          cwd=REPO, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+    docs = json.loads(done.stdout)
+    undocumented = [name for name in names
+                    if not (docs.get("gpufleet.cluster.%s" % name, {}).get("doc") or {}).get("short_description")]
+    assert names and not undocumented, (path, undocumented)
 
 
 DOCS = sorted(
