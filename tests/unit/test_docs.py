@@ -25,7 +25,12 @@ def test_ansible_doc_renders(module):
     assert "gpufleet.cluster.%s:" % module in doc["examples"]  # examples use the FQCN
 
 
-@pytest.mark.parametrize("kind,name", [("callback", "interrupt"), ("inventory", "hostfile")])
+OTHER_PLUGINS = [(kind, name[:-3]) for kind in ("callback", "inventory")
+                 for name in sorted(os.listdir(os.path.join(REPO, "plugins", kind)))
+                 if name.endswith(".py") and name != "__init__.py"]
+
+
+@pytest.mark.parametrize("kind,name", OTHER_PLUGINS)
 def test_ansible_doc_renders_the_other_plugins(kind, name):
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", "-t", kind,
                            "gpufleet.cluster.%s" % name], cwd=REPO, capture_output=True, text=True, check=False)
