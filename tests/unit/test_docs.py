@@ -12,41 +12,49 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import health_check, standing_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODULES = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "plugins", "modules")) if name.endswith(".py"))
+
+
+def plugin_files(kind):
+    """The plugin files of plugins/<kind>, by name without .py."""
+    return sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "plugins", kind))
+                  if name.endswith(".py") and name != "__init__.py")
+
+
+def ansible_doc(*args):
+    """ansible-doc --json of the venv that runs the tests, from the checkout (its ansible.cfg finds the collection)."""
+    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", *args],
+                          cwd=REPO, capture_output=True, text=True, check=False)
+
+
+MODULES = plugin_files("modules")
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_ansible_doc_renders(module):
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json",
-                           "gpufleet.cluster.%s" % module], cwd=REPO, capture_output=True, text=True, check=False)
+    done = ansible_doc("gpufleet.cluster.%s" % module)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)["gpufleet.cluster.%s" % module]
     assert doc["doc"]["short_description"] and doc["examples"].strip() and doc["return"]
     assert "gpufleet.cluster.%s:" % module in doc["examples"]  # examples use the FQCN
 
 
-OTHER_PLUGINS = [(kind, name[:-3]) for kind in ("callback", "inventory")
-                 for name in sorted(os.listdir(os.path.join(REPO, "plugins", kind)))
-                 if name.endswith(".py") and name != "__init__.py"]
+OTHER_PLUGINS = [(kind, name) for kind in ("callback", "inventory") for name in plugin_files(kind)]
 
 
 @pytest.mark.parametrize("kind,name", OTHER_PLUGINS)
 def test_ansible_doc_renders_the_other_plugins(kind, name):
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", "-t", kind,
-                           "gpufleet.cluster.%s" % name], cwd=REPO, capture_output=True, text=True, check=False)
+    done = ansible_doc("-t", kind, "gpufleet.cluster.%s" % name)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gpufleet.cluster.%s" % name]["doc"]["short_description"]
 
 
 def jinja_plugins(kind):
     """(file, the names it defines) for each filter or test plugin file: what ansible-doc must render."""
-    folder = os.path.join(REPO, "plugins", kind)
     found = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py") and name != "__init__.py":
-            module = importlib.import_module("ansible_collections.gpufleet.cluster.plugins.%s.%s" % (kind, name[:-3]))
-            names = module.FilterModule().filters() if kind == "filter" else module.TestModule().tests()
-            found.append((kind, name, sorted(names)))
+    for name in plugin_files(kind):
+        module = importlib.import_module("ansible_collections.gpufleet.cluster.plugins.%s.%s" % (kind, name))
+        names = module.FilterModule().filters() if kind == "filter" else module.TestModule().tests()
+        found.append((kind, name + ".py", sorted(names)))
     return found
 
 
@@ -57,9 +65,7 @@ JINJA_PLUGINS = jinja_plugins("filter") + jinja_plugins("test")
 def test_ansible_doc_renders_every_filter_and_test(kind, path, names):
     """A filter file's DOCUMENTATION that does not parse (a ': ' in a plain YAML scalar) leaves every filter of the
     file without documentation, and no test that runs the filter notices."""
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-doc"), "--json", "-t", kind]
-                          + ["gpufleet.cluster.%s" % name for name in names],
-                          cwd=REPO, capture_output=True, text=True, check=False)
+    done = ansible_doc("-t", kind, *["gpufleet.cluster.%s" % name for name in names])
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
     docs = json.loads(done.stdout)
     undocumented = [name for name in names
