@@ -23,13 +23,26 @@ description:
     as C(job.<run_id>.log).
   - Usually called by C(gpufleet.cluster.train) (playbook C(train.yml)), which computes ranks and ports for
     all nodes; it can also be used on its own.
+  - Where the play already knows the node's Python (set, or found by an earlier module run such as
+    M(gpufleet.cluster.node_probe)), the launch runs without a module run, from the collection's node-side code
+    kept compiled on the node under C($XDG_CACHE_HOME/gpufleet/runtime/) (C(~/.cache) by default), one folder per
+    version of that code, the four newest kept; same options, same result. Otherwise, and for a delegated or
+    async task, the module runs as any module does.
 author:
   - gpufleet contributors (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - gpufleet.cluster.job_folder
   - gpufleet.cluster.launch_options
 attributes:
+  action:
+    support: full
+    details: The options are checked on the controller; the launch is one shell command on the node where it can.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details: Renders the launch script and reports the difference; starts nothing.
@@ -133,46 +146,14 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job import job_read, jobs, launch_options
-from ansible_collections.gpufleet.cluster.plugins.module_utils._node import nvidia_node
-from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import job_processes, supervisor_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils._job.job_spec import JobSpec
-
-
-def supervisor_source() -> str:
-    return supervisor_bundle.shipped_source()
-
-
-def build_spec(values: dict) -> JobSpec:
-    """The JobSpec of the flattened options; without nproc_per_node, the node's GPUs as nvidia-smi lists them."""
-    gpus = 0 if values["nproc_per_node"] else nvidia_node.nvidia_smi_gpus()["count"]
-    return launch_options.job_spec(values, gpus)
+from ansible_collections.gpufleet.cluster.plugins.module_utils._job import launch_options, launch_run
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=launch_options.argument_spec(), supports_check_mode=True)
-    values = launch_options.flat(module.params)
-    problem = launch_options.problem(values)
-    if problem:
-        module.fail_json(msg=problem)
-    spec = build_spec(values)
-    run_id = values["run_id"] or job_processes.new_run_id()
-    try:
-        result = jobs.start(
-            job_read.job_dir(values["jobs_dir"], values["job"]),
-            spec,
-            run_id,
-            supervisor_source(),
-            module.check_mode,
-            start_timeout_s=values["start_timeout_s"],
-            script_content=values["script_content"],
-            secret_env=launch_options.as_strings(values["secret_env"]),
-            gang_key=values["gang_key"] or None,
-        )
-    except (jobs.JobError, OSError) as exc:
-        module.fail_json(msg=str(exc))
-    if not module._diff:  # pylint: disable=protected-access
-        result.pop("diff", None)
+    result = launch_run.run(module.params, module.check_mode, module._diff)  # pylint: disable=protected-access
+    if result.get("failed"):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

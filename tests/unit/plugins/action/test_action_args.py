@@ -23,11 +23,23 @@ REQUIRED.update(nccl_report={"output": "", "report_dir": "/tmp/r"}, stack_report
                 fleet_history={"logs_dir": "/tmp/r", "nodes": []}, health_check={"hosts": [], "logs_dir": "/tmp/r"},
                 job_export={"format": "sbatch", "script": "t.py"})
 ALL_ACTIONS = sorted(REQUIRED)
+# The actions of a module that runs on the node (the light path, plugin_utils/_control/cached_run.py): they validate
+# against the module's own argument spec, which carries no_log and apply_defaults, and which ansible-test's
+# validate-modules holds to the documentation (test_cached_run.py tests them).
+LIGHT_ACTIONS = ["launch", "node_probe"]
 
 
 def test_every_action_plugin_is_checked_here():
     folder = os.path.dirname(importlib.import_module("ansible_collections.gpufleet.cluster.plugins.action.job_plan").__file__)
-    assert sorted(name[:-3] for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py") == ALL_ACTIONS
+    found = sorted(name[:-3] for name in os.listdir(folder) if name.endswith(".py") and name != "__init__.py")
+    assert found == sorted(ALL_ACTIONS + LIGHT_ACTIONS)
+
+
+@pytest.mark.parametrize("name", LIGHT_ACTIONS)
+def test_each_light_path_action_validates_against_its_modules_spec(name):
+    source = open(importlib.import_module("ansible_collections.gpufleet.cluster.plugins.action.%s" % name).__file__).read()
+    assert "cached_run.action_run(self, \"gpufleet.cluster.%s\"" % name in source
+    assert "self._task.args" not in source and "_VALID_ARGS" not in source
 
 
 def action(name, args):
