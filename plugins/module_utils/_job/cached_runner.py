@@ -140,29 +140,51 @@ def prune(root: str, keep: str) -> None:
 
 
 def run(request: dict) -> dict:
-    """The operation's answer, from the cached tree (installed from the request where the node lacks it)."""
+    """The operation's answer, from the cached tree (installed from the request where the node lacks it). A cached
+    tree the operation cannot be imported from (a file of it removed) is asked for again and replaced, once."""
     root = cache_root()
     home = cached_tree(root, request["digest"])
     temporary = None
+    # The task's environment keyword, as a module run has it (plugin_utils/_control/cached_run.py request()).
+    os.environ.update(request.get("environment") or {})
     try:
-        if home is None:
-            if "files" not in request:
-                return {"missing": True}
-            files = unpack(request["files"])
+        if home is not None:
             try:
-                home = install(root, request["digest"], files)
-            except OSError:
-                temporary = tempfile.mkdtemp(prefix="gpufleet-run-")
-                write_tree(temporary, files)
-                home = temporary
-        # The task's environment keyword, as a module run has it (plugin_utils/_control/cached_run.py request()).
-        os.environ.update(request.get("environment") or {})
-        sys.path.insert(0, home)
-        operation = importlib.import_module(request["entry"])
-        return operation.light_main(request["args"], bool(request.get("check_mode")), bool(request.get("diff")))
+                return _call(home, request)
+            except ImportError:
+                if "files" not in request:
+                    return {"missing": True}
+                set_aside(root, request["digest"])
+        if "files" not in request:
+            return {"missing": True}
+        files = unpack(request["files"])
+        try:
+            home = install(root, request["digest"], files)
+        except OSError:
+            temporary = tempfile.mkdtemp(prefix="gpufleet-run-")
+            write_tree(temporary, files)
+            home = temporary
+        return _call(home, request)
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _call(home: str, request: dict) -> dict:
+    if home not in sys.path:
+        sys.path.insert(0, home)
+    importlib.invalidate_caches()  # a tree installed anew where a broken one was
+    operation = importlib.import_module(request["entry"])
+    return operation.light_main(request["args"], bool(request.get("check_mode")), bool(request.get("diff")))
+
+
+def set_aside(root: str, digest: str) -> None:
+    """A broken tree renamed out of the way (prune() removes it within the hour), so that it can be installed anew."""
+    try:
+        os.rename(os.path.join(root, digest),
+                  os.path.join(root, "%sbroken-%d-%d" % (_INSTALLING, os.getpid(), int(time.time() * 1000))))
+    except OSError:
+        pass
 
 
 def main() -> None:

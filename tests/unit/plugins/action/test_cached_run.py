@@ -300,3 +300,23 @@ def test_the_tasks_environment_reaches_the_operation_and_never_the_command_line(
     cached_run.action_run(instance, "gpufleet.cluster.launch", launch_action.ENTRY, launch_options.argument_spec(),
                           task_vars)
     assert node.runs[-1]["environment"] == {"GPUFLEET_T": "env-secret-2"}
+
+
+def test_a_cached_tree_missing_a_file_is_asked_for_again_and_replaced_once(tmp_path):
+    node = Node(tmp_path / "home")
+    args = validated(launch_args(tmp_path), launch_options.argument_spec())
+    cached_run.run(node.execute, sys.executable, launch_action.ENTRY, args, True, False)
+    home = os.path.join(node.cache(), cached_run.tree()[0])
+    os.remove(os.path.join(home, "ansible_collections/gpufleet/cluster/plugins/module_utils/_job/launch_run.py"))
+    for folder, _dirs, names in os.walk(home):
+        for name in names:
+            if name.startswith("launch_run.") and name.endswith(".pyc"):
+                os.remove(os.path.join(folder, name))
+    node.runs.clear()
+    answer = cached_run.run(node.execute, sys.executable, launch_action.ENTRY, args, True, False)
+    assert [("files" in run) for run in node.runs] == [False, True]
+    assert answer["state"] == "absent", answer
+    assert os.path.isfile(os.path.join(home, "ansible_collections/gpufleet/cluster/plugins/module_utils/_job/launch_run.py"))
+    node.runs.clear()
+    assert cached_run.run(node.execute, sys.executable, launch_action.ENTRY, args, True, False)["state"] == "absent"
+    assert [("files" in run) for run in node.runs] == [False]  # the new tree serves again
