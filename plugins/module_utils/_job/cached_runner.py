@@ -152,9 +152,8 @@ def run(request: dict) -> dict:
             try:
                 return _call(home, request)
             except ImportError:
-                if "files" not in request:
-                    return {"missing": True}
-                set_aside(root, request["digest"])
+                if "files" in request:  # else asked for below, then replaced
+                    set_aside(root, request["digest"])
         if "files" not in request:
             return {"missing": True}
         files = unpack(request["files"])

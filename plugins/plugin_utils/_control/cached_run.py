@@ -38,7 +38,7 @@ MODULE_UTILS = os.path.dirname(os.path.dirname(os.path.abspath(cached_runner.__f
 
 @functools.lru_cache(maxsize=None)
 def tree() -> tuple[str, str]:
-    """(digest, packed files) of this checkout's module_utils: every .py file, and the packages' __init__.py."""
+    """(digest, files as JSON) of this checkout's module_utils: every .py file, and the packages' __init__.py."""
     files: dict[str, str] = {}
     for depth in range(1, len(_PACKAGE) + 1):
         files["/".join(_PACKAGE[:depth] + ("__init__.py",))] = ""
@@ -52,8 +52,13 @@ def tree() -> tuple[str, str]:
                 with open(os.path.join(folder, name), encoding="utf-8") as handle:
                     files["%s/%s" % (prefix, name)] = handle.read()
     text = json.dumps(files, sort_keys=True)
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-    return digest, base64.b64encode(zlib.compress(text.encode("utf-8"), 6)).decode("ascii")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24], text
+
+
+def packed_tree() -> str:
+    """The tree as a request carries it (base64 of zlib of its JSON: cached_runner.unpack()); made only for a node
+    that lacks it, since compressing it costs each fork of the controller more than reading it."""
+    return base64.b64encode(zlib.compress(tree()[1].encode("utf-8"), 6)).decode("ascii")
 
 
 # The command line: the runner's source comes on standard input's first line (a JSON string), the request after
@@ -72,11 +77,10 @@ def request(entry: str, args: dict, check_mode: bool, diff: bool, with_tree: boo
     """Standard input: cached_runner.py's source, then the request (with the tree where the node lacks it). The
     task's environment (its ``environment`` keyword) comes here too, as a module run has it in its payload: its
     values may be secrets, and never are in a command line."""
-    digest, packed = tree()
-    body: dict[str, Any] = {"digest": digest, "entry": entry, "args": args, "check_mode": check_mode, "diff": diff,
+    body: dict[str, Any] = {"digest": tree()[0], "entry": entry, "args": args, "check_mode": check_mode, "diff": diff,
                             "environment": {str(name): str(value) for name, value in (environment or {}).items()}}
     if with_tree:
-        body["files"] = packed
+        body["files"] = packed_tree()
     return ("%s\n%s" % (json.dumps(inspect.getsource(cached_runner)), json.dumps(body))).encode("utf-8")
 
 

@@ -143,8 +143,8 @@ def test_paths_are_expanded_on_the_node_not_validated_as_paths_on_the_controller
 
 def test_the_tree_holds_every_module_utils_file_under_its_import_path_and_a_change_changes_its_digest(
         tmp_path, monkeypatch):
-    digest, packed = cached_run.tree()
-    files = cached_runner.unpack(packed)
+    digest = cached_run.tree()[0]
+    files = cached_runner.unpack(cached_run.packed_tree())
     prefix = "ansible_collections/gpufleet/cluster/plugins/module_utils/"
     shipped = {name[len(prefix):] for name in files if name.startswith(prefix) and not name.endswith("__init__.py")}
     on_disk = {os.path.relpath(os.path.join(root, name), cached_run.MODULE_UTILS)
