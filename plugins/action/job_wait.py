@@ -171,15 +171,18 @@ class ActionModule(ActionBase):
         polls = {"shell": 0, "job_status": 0}  # how this node was read: returned, so that it can be checked
         shell_works = True
 
+        known = job_poll.NOTHING  # what the last poll found in state.json: what the next one asks about
+
         def status(tail: int | None) -> dict:
-            nonlocal shell_works
+            nonlocal shell_works, known
             try:
                 if tail is None and shell_works:
-                    found = self._light_poll(host, jobs_dir, job)
+                    found, known, understood = self._light_poll(host, jobs_dir, job, known, polls)
                     if found is not None:
-                        polls["shell"] += 1
                         return found
-                    shell_works = False  # not understood: job_status from now on
+                    # Not understood: job_status from now on. (Asked again and still not to be judged, as when the
+                    # job was relaunched between the two: job_status this once.)
+                    shell_works = understood
                 polls["job_status"] += 1
                 module_args: dict[str, Any] = {"job": job, "jobs_dir": jobs_dir}
                 if tail is not None:  # the final read: under Slurm, with the job's final state in Slurm
@@ -205,17 +208,28 @@ class ActionModule(ActionBase):
         result.update(changed=False, job_result=current, polls=polls)
         return result
 
-    def _light_poll(self, host: str, jobs_dir: str, job: str) -> dict | None:
-        """job_status's answer without its log tail, from one shell command (no Python started on the node)."""
-        # sudoable only under become: ssh then gives the command a terminal (-tt), which parse() undoes.
-        done = self._low_level_execute_command(job_poll.poll_command(jobs_dir, job),
-                                               sudoable=bool(self._play_context.become))
-        found = job_poll.parse(done.get("stdout") or "") if done.get("rc") == 0 else None
-        if found is None:
-            display.warning("%s: the shell's answer to the poll of job %s was not understood (rc %s); the job_status "
-                            "module polls this node from now on (a Python start on the node per poll)"
-                            % (host, job, done.get("rc")))
-            display.vvv("%s: the answer: %r" % (host, (done.get("stdout") or "")[-500:]
-                                                + (done.get("stderr") or "")[-500:]))
-            return None
-        return {"changed": False, "jobs": [found]}
+    def _light_poll(self, host: str, jobs_dir: str, job: str, known: job_poll.Known,
+                    polls: dict) -> tuple[dict | None, job_poll.Known, bool]:
+        """job_status's answer without its log tail, from one shell command (no Python started on the node), or two
+        where the first asked about another supervisor or Slurm job than state.json names (job_poll.parse): (the
+        answer or None, what the next poll asks about, whether the shell's answers were understood)."""
+        done: dict = {}
+        for _ask in range(2):
+            # sudoable only under become: ssh then gives the command a terminal (-tt), which parse() undoes.
+            done = self._low_level_execute_command(job_poll.poll_command(jobs_dir, job, known),
+                                                   sudoable=bool(self._play_context.become))
+            polls["shell"] += 1
+            found, wanted = job_poll.parse(done.get("stdout") or "", known) if done.get("rc") == 0 else (None, None)
+            if wanted is None:
+                break
+            known = wanted
+            if found is not None:
+                return {"changed": False, "jobs": [found]}, known, True
+        else:
+            return None, known, True
+        display.warning("%s: the shell's answer to the poll of job %s was not understood (rc %s); the job_status "
+                        "module polls this node from now on (a Python start on the node per poll)"
+                        % (host, job, done.get("rc")))
+        display.vvv("%s: the answer: %r" % (host, (done.get("stdout") or "")[-500:]
+                                            + (done.get("stderr") or "")[-500:]))
+        return None, known, False

@@ -127,12 +127,19 @@ def test_the_launch_prepares_the_folder_and_starts_nothing(tmp_path, slurm_clien
 def test_the_poll_and_job_status_read_a_queued_part_alike(tmp_path, slurm_client):
     answer, _calls = slurm_client
     path, _ = prepare(tmp_path, "echo hello\n")
-    command = job_poll.poll_command(str(tmp_path / "jobs"), "train")
     for text, state in ((PENDING, "queued"), (PENDING.replace("PENDING", "CANCELLED"), "stopped"),
                         ("slurm_load_jobs error: Invalid job id specified", "stopped")):
         answer(text)
-        out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
-        light, full = job_poll.parse(out), job_read.status(path)
+        # The first poll finds the queued Slurm job in state.json and asks again about it, as job_wait does.
+        known, light = job_poll.NOTHING, None
+        for _ask in range(2):
+            command = job_poll.poll_command(str(tmp_path / "jobs"), "train", known)
+            out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
+            light, known = job_poll.parse(out, known)
+            if light is not None:
+                break
+        assert known == job_poll.Known(None, "41")
+        full = job_read.status(path)
         assert light["state"] == full["state"] == state, (text, light, full)
         assert light["slurm"] == full["slurm"]
 

@@ -49,15 +49,28 @@ def start(tmp_path, home, job, body):
     return path
 
 
-def light(home, job):
-    command = job_poll.poll_command("~/.gpufleet/jobs", job)
+def run_poll(home, job, known):
+    command = job_poll.poll_command("~/.gpufleet/jobs", job, known)
+    assert "python" not in command  # cat, tail and printf only: no interpreter started on the node for a poll
     out = subprocess.run(["/bin/sh", "-c", command], env=dict(os.environ, HOME=str(home)), capture_output=True,
                          text=True, check=True).stdout
-    found = job_poll.parse(out)
-    assert found is not None, out
+    answer = job_poll.parse(out, known)
+    assert answer[1] is not None, out
     # Through a terminal (ssh -tt, as Ansible runs a command under become) every line ends with CR LF.
-    assert job_poll.parse(out.replace("\n", "\r\n")) == found
-    return found
+    assert job_poll.parse(out.replace("\n", "\r\n"), known) == answer
+    return answer
+
+
+def light(home, job, polls=None):
+    """As job_wait polls: with what the last poll found, asked again at once where that did not do."""
+    known = job_poll.NOTHING
+    for _ask in range(2):
+        found, known = run_poll(home, job, known)
+        if polls is not None:
+            polls.append(known)
+        if found is not None:
+            return found
+    raise AssertionError("asked again, still not to be judged: %r" % (known,))
 
 
 def assert_same(home, path, job):
@@ -111,19 +124,52 @@ def test_the_last_line_of_a_long_log_is_read_from_its_end(jobs_home):
 
 def test_no_section_is_no_job_folder_and_a_cut_short_answer_is_refused():
     # The command prints nothing when it cannot enter the job's folder, whatever a login script printed first.
-    assert job_poll.parse("Welcome to node1\n")["state"] == JobState.ABSENT
-    assert job_poll.parse(job_poll.MARK + "spec\n{}" + job_poll.MARK + "state\n") is None
+    assert job_poll.parse("Welcome to node1\n")[0]["state"] == JobState.ABSENT
+    assert job_poll.parse("Welcome to node1\n", job_poll.Known(4242, "41"))[0]["state"] == JobState.ABSENT
+    assert job_poll.parse(job_poll.MARK + "spec\n{}" + job_poll.MARK + "state\n") == (None, None)
 
 
-@pytest.mark.parametrize("state, printed", [
-    ('{"state":"running","supervisor_pid":4242}', "pid=4242\n"),  # compact JSON: a line-based read found nothing
-    ('{\n  "state": "queued",\n  "slurm_job_id": "731_4"\n}', "sid=731_4\nqueued=1\n"),
-    ('{"supervisor_pid": "4242; touch /tmp/x", "slurm_job_id": "1 && reboot"}', ""),  # never evaluated
-    ('not json', ""),
+def test_the_first_poll_asks_again_with_the_supervisor_pid_state_json_names_then_the_next_polls_ask_once(jobs_home):
+    tmp, home = jobs_home
+    path = start(tmp, home, "pid", "echo started\nexec sleep 300\n")
+    pid = wait_for(lambda: job_read.status(path).get("supervisor_pid"))
+    wait_for(lambda: job_read.status(path)["state"] == "running")
+    asked = []
+    assert light(home, "pid", asked)["state"] == "running"
+    assert asked == [job_poll.Known(pid), job_poll.Known(pid)]  # the first answer could not say whether it lives
+    found, known = run_poll(home, "pid", job_poll.Known(pid))
+    assert found["state"] == "running" and known == job_poll.Known(pid)
+    assert "cat /proc/%d/stat" % pid in job_poll.poll_command("~/.gpufleet/jobs", "pid", known)
+
+
+def test_a_stat_line_of_another_pid_than_state_json_names_is_not_judged():
+    state = '{\n  "state": "running",\n  "supervisor_pid": 222,\n  "supervisor_start_ticks": 5\n}'
+    out = "".join(job_poll.MARK + name + "\n" + body for name, body in (
+        ("spec", "{}"), ("state", state), ("stat 111", "111 (python3) S 1 " + "0 " * 17 + "5 0"), ("log", "")))
+    assert job_poll.parse(out, job_poll.Known(111)) == (None, job_poll.Known(222))
+    # Asked for no PID, the answer names one: asked again; asked for one, an answer without its stat is not the command's.
+    assert job_poll.parse(out.replace("stat 111", "stat"), job_poll.NOTHING) == (None, job_poll.Known(222))
+    assert job_poll.parse(out.replace("stat 111", "stat"), job_poll.Known(111)) == (None, None)
+
+
+@pytest.mark.parametrize("pid, slurm_job, kept", [
+    (4242, "731_4", (4242, "731_4")),
+    ("4242; touch /tmp/x", "1 && reboot", (None, None)),  # never reaches the shell
+    (True, "41", (None, "41")), (-3, "", (None, None)), (0, None, (None, None)),
 ])
-def test_state_json_is_read_as_json_and_only_digits_reach_the_shell(tmp_path, state, printed):
-    path = tmp_path / "state.json"
-    path.write_text(state)
-    done = subprocess.run([sys.executable, "-c", job_poll.STATE_READER, str(path)], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout == printed
+def test_only_a_pid_and_a_slurm_job_ids_digits_reach_the_shell(pid, slurm_job, kept):
+    known = job_poll.Known(pid, slurm_job)
+    assert (known.pid, known.slurm_job) == kept
+    command = job_poll.poll_command("~/.gpufleet/jobs", "j", known)
+    assert "touch" not in command and "reboot" not in command
+
+
+@pytest.mark.parametrize("state, known", [
+    ('{"state":"running","supervisor_pid":4242}', job_poll.Known(4242)),  # compact JSON: read as JSON all the same
+    ('{\n  "state": "queued",\n  "slurm_job_id": "731_4"\n}', job_poll.Known(None, "731_4")),
+    ('{\n  "state": "running",\n  "slurm_job_id": "731_4"\n}', job_poll.NOTHING),  # started: Slurm not asked
+    ('{"supervisor_pid": "4242; touch /tmp/x", "slurm_job_id": "1 && reboot", "state": "queued"}', job_poll.NOTHING),
+    ('not json', job_poll.NOTHING),
+])
+def test_what_the_next_poll_asks_about_is_read_from_state_json_as_json(state, known):
+    assert job_poll.Known.of(job_poll._json(state)) == known  # pylint: disable=protected-access
