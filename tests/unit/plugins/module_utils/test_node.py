@@ -121,3 +121,40 @@ def test_env_file_names_reads_assignments_of_the_readable_files(tmp_path):
                      "echo not=an_assignment\n")
     assert node.env_file_names([str(first), str(tmp_path / "missing.env")]) == [
         "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"]
+
+
+def _site_python(tmp_path, dist_infos):
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise SystemExit('torch was imported')\n")
+    for name, version in dist_infos:
+        (site / name).mkdir()
+        (site / name / "METADATA").write_text("Metadata-Version: 2.1\nName: x\nVersion: %s\n\nVersion: 0.0 (the body)\n"
+                                              % version)
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s -S \"$@\"\n" % (site, sys.executable))
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize("dist_infos, expected", [
+    # Another distribution whose name starts with torch's is not torch's (old tools did not normalise the dashes).
+    ([("torch-tb-profiler-0.4.3.dist-info", "0.4.3"), ("torch-2.13.0+cpu.dist-info", "2.13.0+cpu")], "2.13.0+cpu"),
+    ([("torch_tb_profiler-0.4.3.dist-info", "0.4.3"), ("Torch-2.12.1.dist-info", "2.12.1")], "2.12.1"),
+])
+def test_python_info_reads_torchs_own_dist_info_beside_it(tmp_path, dist_infos, expected):
+    assert node.python_info(_site_python(tmp_path, dist_infos))["torch_version"] == expected
+
+
+def test_python_info_with_two_torch_dist_infos_asks_importlib_metadata(tmp_path):
+    """Two left by an upgrade: not read beside the package, but as importlib.metadata reads them (one of the two)."""
+    info = node.python_info(_site_python(tmp_path, [("torch-2.12.1.dist-info", "2.12.1"),
+                                                    ("torch-2.13.0.dist-info", "2.13.0")]))
+    assert info["torch"] is True and info["torch_version"] in ("2.12.1", "2.13.0")
+
+
+def test_python_info_does_not_import_importlib_metadata_where_torch_has_its_dist_info(tmp_path):
+    python = _site_python(tmp_path, [("torch-2.13.0.dist-info", "2.13.0")])
+    check = node.PYTHON_CHECK + "\nprint(json.dumps('importlib.metadata' in sys.modules))\n"
+    done = subprocess.run([python, "-c", check], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "false", done.stdout
