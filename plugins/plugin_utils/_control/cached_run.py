@@ -27,6 +27,7 @@ from ansible.module_utils.common.parameters import remove_values
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import cached_runner
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 
 # The tree as the node holds it: module_utils under its import path, an __init__.py in each package (a regular
 # package: a namespace package of the same name elsewhere on the node's sys.path does not mix with it).
@@ -57,8 +58,12 @@ def tree() -> tuple[str, str]:
 
 def packed_tree() -> str:
     """The tree as a request carries it (base64 of zlib of its JSON: cached_runner.unpack()); made only for a node
-    that lacks it, since compressing it costs each fork of the controller more than reading it."""
-    return base64.b64encode(zlib.compress(tree()[1].encode("utf-8"), 6)).decode("ascii")
+    that lacks it, since compressing it costs each fork of the controller more than reading it. With the tree, the
+    supervisor's one file as built from it (supervisor_bundle.SHIPPED_FILE), which the digest of the tree names too:
+    a launch there reads it rather than build it."""
+    files = json.loads(tree()[1])
+    files["/".join(_PACKAGE + ("_runtime", supervisor_bundle.SHIPPED_FILE))] = supervisor_bundle.build_source()
+    return base64.b64encode(zlib.compress(json.dumps(files, sort_keys=True).encode("utf-8"), 6)).decode("ascii")
 
 
 # The command line: the runner's source comes on standard input's first line (a JSON string), the request after

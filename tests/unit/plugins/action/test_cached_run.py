@@ -19,6 +19,7 @@ from ansible.template import Templar
 from ansible_collections.gpufleet.cluster.plugins.action import launch as launch_action
 from ansible_collections.gpufleet.cluster.plugins.action import node_probe as probe_action
 from ansible_collections.gpufleet.cluster.plugins.module_utils._job import cached_runner, launch_options, light_args
+from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle
 from ansible_collections.gpufleet.cluster.plugins.modules import launch as launch_module
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import cached_run
 
@@ -149,7 +150,8 @@ def test_the_tree_holds_every_module_utils_file_under_its_import_path_and_a_chan
     shipped = {name[len(prefix):] for name in files if name.startswith(prefix) and not name.endswith("__init__.py")}
     on_disk = {os.path.relpath(os.path.join(root, name), cached_run.MODULE_UTILS)
                for root, _dirs, names in os.walk(cached_run.MODULE_UTILS) for name in names if name.endswith(".py")}
-    assert shipped == on_disk
+    # And the supervisor's one file as built from them (supervisor_bundle.SHIPPED_FILE), which a launch there reads.
+    assert shipped == on_disk | {"_runtime/" + supervisor_bundle.SHIPPED_FILE}
     for package in ("ansible_collections", "ansible_collections/gpufleet", prefix + "_job", prefix + "_runtime"):
         assert package.rstrip("/") + "/__init__.py" in files
     copy = tmp_path / "module_utils"
@@ -320,3 +322,25 @@ def test_a_cached_tree_missing_a_file_is_asked_for_again_and_replaced_once(tmp_p
     node.runs.clear()
     assert cached_run.run(node.execute, sys.executable, launch_action.ENTRY, args, True, False)["state"] == "absent"
     assert [("files" in run) for run in node.runs] == [False]  # the new tree serves again
+
+
+def test_the_tree_holds_the_supervisors_one_file_which_a_launch_there_reads_rather_than_builds(tmp_path):
+    """Built on the controller when the tree is sent (cached_run.packed_tree): the node's launch reads it, without
+    importing the supervisor's parts or parsing their source."""
+    node = Node(tmp_path / "home")
+    args = validated(launch_args(tmp_path), launch_options.argument_spec())
+    cached_run.run(node.execute, sys.executable, launch_action.ENTRY, args, True, False)
+    home = os.path.join(node.cache(), cached_run.tree()[0])
+    shipped = os.path.join(home, *cached_run._PACKAGE, "_runtime", supervisor_bundle.SHIPPED_FILE)  # pylint: disable=protected-access
+    with open(shipped, encoding="utf-8") as handle:
+        assert handle.read() == supervisor_bundle.build_source()
+    probe = ("import json, sys; sys.path.insert(0, %r)\n"
+             "from ansible_collections.gpufleet.cluster.plugins.module_utils._runtime import supervisor_bundle\n"
+             "source = supervisor_bundle.shipped_source()\n"
+             "print(json.dumps([supervisor_bundle.__file__.startswith(%r), len(source),"
+             " [name for name in sys.modules if name.endswith('._runtime.supervisor')]]))" % (home, home))
+    done = subprocess.run([sys.executable, "-c", probe], env=node.env(), cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == [True, len(supervisor_bundle.build_source()), []], done.stderr
+    # Where the tree has no such file (a module's zip, this checkout), the one file is built: the same text.
+    assert supervisor_bundle.shipped_source() == supervisor_bundle.build_source()
