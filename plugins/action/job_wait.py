@@ -17,6 +17,14 @@ state while it waits (pending and why, then running).
 When the gpufleet.cluster.interrupt callback has seen Ctrl-C, the file named by GPUFLEET_INTERRUPT_FILE exists:
 each node's wait then stops its node's part (and cancels a Slurm job) and returns, so that the play goes on to
 fetch the logs and report.
+
+The progress node (the master) polls every poll_s; a node whose part runs steadily polls PEER_POLL_FACTOR times less
+often, since every poll costs the node and the controller CPU that the ranks share at the start (docs/scale, issue
+50). The end comes as soon all the same: the gang's parts stop together (their supervisors' rules), so the master's
+part changes as soon as any part does, and the wait that sees a change (a new state or attempt, a miss, an end) says
+so on the wake board (GPUFLEET_WAKE_FILE, kept by the same callback), which every other node's wait watches between
+its polls: each then polls at once, and every poll_s for FAST_AFTER_WAKE_S. Where the callback is not enabled there
+is no board, and every node polls every poll_s.
 """
 
 from __future__ import annotations
@@ -38,6 +46,12 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils._control import j
 display = Display()
 
 INTERRUPT_VAR = "GPUFLEET_INTERRUPT_FILE"
+WAKE_VAR = "GPUFLEET_WAKE_FILE"
+# A node whose part runs steadily (STEADY_STATES, the same attempt) polls this many times less often than poll_s...
+PEER_POLL_FACTOR = 5
+STEADY_STATES = (JobState.RUNNING, JobState.STANDBY, JobState.QUEUED)
+# ... except for this long after the board said that a node's part changed.
+FAST_AFTER_WAKE_S = 20.0
 
 
 def interrupted() -> bool:
@@ -46,14 +60,55 @@ def interrupted() -> bool:
     return bool(path) and os.path.exists(str(path))
 
 
-def sleep_unless_interrupted(seconds: float, step_s: float = 0.05) -> None:
-    """Sleep, but wake as soon as Ctrl-C is pressed on the controller, so that the stop starts at once."""
+class WakeBoard:
+    """The waits' word to each other on the controller: a file that the wait of any node of the play appends a byte
+    to when it sees its part change; every other wait reads its size and time between polls. Each wait is a fork of
+    its own; the file is the only thing they share. Path None: no board (every node polls every poll_s)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.seen = self._mark()
+
+    def _mark(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(str(self.path))
+        except (OSError, TypeError):
+            return None
+        return found.st_mtime_ns, found.st_size
+
+    def tell(self) -> None:
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "ab") as handle:
+                handle.write(b".")
+        except OSError:
+            return
+        self.seen = self._mark()  # its own word does not wake it
+
+    def woken(self) -> bool:
+        """Whether another wait has told the board since this one last looked."""
+        if self.path is None:
+            return False
+        mark = self._mark()
+        if mark == self.seen:
+            return False
+        self.seen = mark
+        return True
+
+
+def sleep_unless_interrupted(seconds: float, step_s: float = 0.05, woken: Callable[[], bool] | None = None) -> bool:
+    """Sleep, but wake as soon as Ctrl-C is pressed on the controller, so that the stop starts at once, or as soon
+    as woken() says so (another node's part changed); True when woken so."""
     deadline = time.monotonic() + seconds
     while not interrupted():
+        if woken is not None and woken():
+            return True
         left = deadline - time.monotonic()
         if left <= 0:
-            return
+            return False
         time.sleep(min(step_s, left))
+    return False
 
 
 # How long a node's final read waits for Slurm to record the job as ended (job_status's slurm_wait_s).
@@ -68,10 +123,13 @@ class NodeWait:
 
     def __init__(self, host: str, node_rank: Any, status: Callable[[int | None], dict], stop: Callable[..., None],
                  say: Callable[[str], None] = display.display, max_misses: int = 3, progress: bool = False,
-                 progress_s: float = 5, poll_s: float = 2) -> None:
+                 progress_s: float = 5, poll_s: float = 2, board: WakeBoard | None = None) -> None:
         self.host, self.node_rank = host, node_rank
         self.status, self.stop, self.say = status, stop, say
         self.max_misses, self.progress, self.progress_s, self.poll_s = max_misses, progress, progress_s, poll_s
+        self.board = board or WakeBoard(None)
+        self.fast_until = 0.0  # every poll_s until then: the board said that a part changed
+        self.last_seen: tuple[Any, Any] | None = None  # the last poll's state and attempt
         self.misses = 0
         self.was_interrupted = False
         self.attempt = 1
@@ -87,6 +145,7 @@ class NodeWait:
             self.say("  waiting for the job on every node; the master's last log line every %.0f s:" % self.progress_s)
         while True:
             state = self.poll()
+            self.tell_a_change()
             if state in WAIT_ENDED_STATES:
                 break
             if not self.was_interrupted and interrupted():
@@ -95,8 +154,29 @@ class NodeWait:
                 self.stop("stopped by gpufleet: interrupted on the controller (Ctrl-C)")
                 continue
             self.show_progress()
-            sleep_unless_interrupted(self.poll_s)
+            self.rest()
         return self.final(tail)
+
+    def rest(self) -> None:
+        """The pause until the next poll, ended early by Ctrl-C or the board (then poll_s for a while)."""
+        if sleep_unless_interrupted(self.pause(), woken=self.board.woken):
+            self.fast_until = time.monotonic() + FAST_AFTER_WAKE_S
+
+    def tell_a_change(self) -> None:
+        """A new state or attempt of this node's part, or a poll it did not answer, told to the other nodes' waits
+        (not the first poll's: nothing was seen before it)."""
+        seen = (self.current.get("state"), self.current.get("attempt"))
+        if self.misses or (self.last_seen is not None and seen != self.last_seen):
+            self.board.tell()
+        self.last_seen = seen
+
+    def pause(self) -> float:
+        """Seconds until the next poll: poll_s for the progress node, for a part that is not running steadily and
+        for a while after the board spoke; PEER_POLL_FACTOR times that for another node's steady part."""
+        if (self.progress or self.board.path is None or self.misses or time.monotonic() < self.fast_until
+                or self.current.get("state") not in STEADY_STATES):
+            return self.poll_s
+        return self.poll_s * PEER_POLL_FACTOR
 
     def poll(self) -> str | None:
         """Read this node's job (a node that does not answer max_misses times in a row is unreachable)."""
@@ -202,7 +282,8 @@ class ActionModule(ActionBase):
                 pass  # the node is unreachable: its own supervisor is all that can act there
 
         wait = NodeWait(host, args["node_rank"], status, stop, max_misses=args["max_misses"],
-                        progress=args["progress"], progress_s=args["progress_s"], poll_s=args["poll_s"])
+                        progress=args["progress"], progress_s=args["progress_s"], poll_s=args["poll_s"],
+                        board=WakeBoard(os.environ.get(WAKE_VAR)))
         current = wait.run(args["tail"])
         current["job"] = job
         result.update(changed=False, job_result=current, polls=polls)

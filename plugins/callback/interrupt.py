@@ -20,7 +20,10 @@ description:
     and report the job as interrupted (a failed run). A second Ctrl-C ends C(ansible-playbook) at once.
   - Ctrl-C at any other time behaves as usual.
   - It tells the waits through a file named in the environment variable C(GPUFLEET_INTERRUPT_FILE), which the
-    worker processes inherit. The file is removed at the end of the run.
+    worker processes inherit. The waits of the nodes tell each other that a node's part changed through a second
+    one, C(GPUFLEET_WAKE_FILE), so that the nodes other than the master are polled less often while their parts
+    run steadily (M(gpufleet.cluster.job_wait)). Both are in a folder of the run's own, private to its user, removed at the end
+    of the run.
 requirements:
   - Enabled with C(callbacks_enabled = gpufleet.cluster.interrupt) in C(ansible.cfg), as in gpufleet's own.
 author:
@@ -28,6 +31,7 @@ author:
 """
 
 import os
+import shutil
 import signal
 import tempfile
 from typing import Any
@@ -47,12 +51,20 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._flag = os.path.join(tempfile.gettempdir(), "gpufleet-interrupt-%d" % os.getpid())
-        if os.path.exists(self._flag):
-            os.remove(self._flag)  # left by an earlier run that had this process id
-        os.environ["GPUFLEET_INTERRUPT_FILE"] = self._flag
+        self._folder: str | None = None
+        self._flag = ""
         self._waiting = False
         self._previous: Any = None
+
+    def v2_playbook_on_start(self, playbook: Any) -> None:
+        """The run's folder, before any worker process is forked (they inherit the environment): its own (mkdtemp:
+        0700, a new name), since a name in the shared temporary folder could be another user's link to a file of
+        ours, which the waits would append to."""
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="gpufleet-run-%d-" % os.getpid())
+            self._flag = os.path.join(self._folder, "interrupt")
+            os.environ["GPUFLEET_INTERRUPT_FILE"] = self._flag
+            os.environ["GPUFLEET_WAKE_FILE"] = os.path.join(self._folder, "wake")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
         waiting = task.action in WAIT_ACTIONS
@@ -77,7 +89,6 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
         self._restore()
-        try:
-            os.remove(self._flag)
-        except OSError:
-            pass
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None

@@ -55,7 +55,12 @@ options:
     description: The node's rank, for the report.
     type: int
   poll_s:
-    description: Seconds between polls.
+    description:
+      - Seconds between polls of the progress node, and of any node whose part is not running steadily.
+      - Where the gpufleet.cluster.interrupt callback is enabled, a node whose part runs steadily (running, standing
+        by or queued, the same attempt) is polled five times less often while nothing changes. The wait that sees a
+        node's part change (a new state or attempt, a missed poll, the end) tells every other node's wait, which then
+        polls at once, and every O(poll_s) for a while. Without the callback, every node is polled every O(poll_s).
     type: float
     default: 2
   progress:

@@ -123,3 +123,58 @@ def test_progress_says_slurm_s_queue_state_as_it_changes_then_the_start(monkeypa
     assert said[0].startswith("  waiting for the job on every node")
     assert [line.split("] ", 1)[1] for line in said[1:]] == [
         "Slurm job 7: pending", "Slurm job 7: pending (Resources)", "Slurm job 7 started", "epoch 1"]
+
+
+# The wake board: a steady part's node polls less often than the master; a change seen by any node's wait wakes the
+# others at once.
+
+def test_a_steady_peer_polls_less_often_than_the_progress_node_and_every_node_without_a_board(tmp_path):
+    board = job_wait.WakeBoard(str(tmp_path / "wake"))
+    pauses = {}
+    for name, options, state in (("peer", {"board": board}, "running"), ("standby", {"board": board}, "standby"),
+                                 ("master", {"board": board, "progress": True}, "running"),
+                                 ("stopping", {"board": board}, "stopping"), ("no board", {}, "running")):
+        wait, _ = node_wait(FakeNode(job(state)), poll_s=2, **options)
+        wait.current = {"state": state}
+        pauses[name] = wait.pause()
+    assert pauses == {"peer": 2 * job_wait.PEER_POLL_FACTOR, "standby": 2 * job_wait.PEER_POLL_FACTOR,
+                      "master": 2, "stopping": 2, "no board": 2}
+
+
+def test_a_word_on_the_board_ends_another_waits_pause_at_once_but_not_its_own(tmp_path):
+    path = str(tmp_path / "wake")
+    mine, other = job_wait.WakeBoard(path), job_wait.WakeBoard(path)
+    mine.tell()
+    assert not mine.woken()  # its own word
+    threading.Timer(0.3, mine.tell).start()
+    started = time.monotonic()
+    assert job_wait.sleep_unless_interrupted(30, woken=other.woken) is True
+    assert time.monotonic() - started < 10  # woken by the board, not after the 30 s
+    assert not job_wait.sleep_unless_interrupted(0.1, woken=other.woken)  # nothing new since
+
+
+def test_a_new_state_a_new_attempt_a_miss_and_the_end_are_told_the_first_poll_is_not(tmp_path, monkeypatch):
+    monkeypatch.delenv(job_wait.INTERRUPT_VAR, raising=False)
+    path = tmp_path / "wake"
+    node = FakeNode(job("running", attempt=1), job("running", attempt=1), job("running", attempt=2),
+                    {"failed": True, "msg": "ssh: timeout"}, job("running", attempt=2), job("stopping", attempt=2),
+                    job("stopped", attempt=2), job("stopped", tail=[]))
+    wait, _ = node_wait(node, board=job_wait.WakeBoard(str(path)))
+    assert wait.run(tail=0)["state"] == "stopped"
+    # attempt 2, the miss, stopping, stopped (the poll after the miss is "running, attempt 2" again: not told).
+    assert path.read_bytes() == b"...."
+
+
+def test_a_woken_peer_polls_at_once_then_every_poll_s_for_a_while(tmp_path, monkeypatch):
+    monkeypatch.delenv(job_wait.INTERRUPT_VAR, raising=False)
+    path = str(tmp_path / "wake")
+    wait, _ = node_wait(FakeNode(job("running")), poll_s=2, board=job_wait.WakeBoard(path))
+    wait.current = {"state": "running"}
+    assert wait.pause() == 2 * job_wait.PEER_POLL_FACTOR
+    threading.Timer(0.3, job_wait.WakeBoard(path).tell).start()  # another node's wait, during this one's pause
+    started = time.monotonic()
+    wait.rest()
+    assert time.monotonic() - started < 5  # not the 10 s pause
+    assert wait.pause() == 2  # and every poll_s from now, for FAST_AFTER_WAKE_S
+    wait.fast_until = time.monotonic()
+    assert wait.pause() == 2 * job_wait.PEER_POLL_FACTOR
