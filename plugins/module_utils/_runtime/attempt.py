@@ -72,6 +72,7 @@ class AttemptHost(Protocol):
     gang: Gang | LoneNode
     ranks: RankWatch
     runtime: HostRuntime
+    first_failure: FirstFailure
 
     def save(self, **changes: object) -> None: ...
 
@@ -209,8 +210,9 @@ class Attempt:
         )
         if stopping is None:
             return ended
-        if failed_before(stopping, returncode, node.ranks.first_exit_at, stop_decided_at):
-            # A rank of this node had ended before the gang's news came: the part failed on its own.
+        if failed_before(stopping, returncode, node.ranks.first_exit_at, stop_decided_at,
+                         failed_first=node.first_failure.status is not None):
+            # A rank of this node had ended before the gang's news (or Slurm's SIGTERM) came: the part failed on its own.
             return dataclasses.replace(ended, rank_ended_first=True)
         return ended.stopped(stopping)
 

@@ -126,14 +126,19 @@ def ending_on_its_own(stopping: StopReason, first_exit_at: float | None) -> bool
     return stopping.stopped_for is not None and first_exit_at is not None
 
 
-def failed_before(stopping: StopReason, returncode: int, first_exit_at: float | None, stop_decided_at: float) -> bool:
+def failed_before(stopping: StopReason, returncode: int, first_exit_at: float | None, stop_decided_at: float,
+                  failed_first: bool = False) -> bool:
     """Whether this node's part was failing on its own before the gang's news stopped it: a rank of it had
     ended before the news came, and its launcher ended in failure. The news then only raced this node's own
     (a rank dies; a rank on another node fails in a collective a moment later, and its launcher, with no
     other rank to end, reports first): this node failed, and which failure came first is the report's to
-    decide, by time. A stop the user asked for, or a hang, stays what it is."""
-    return (stopping.stopped_for is not None and returncode != 0 and first_exit_at is not None
-            and first_exit_at < stop_decided_at)
+    decide, by time. So too a bare signal's stop (no request of gpufleet's) after a rank of this node had failed on
+    its own (failed_first): under Slurm, --kill-on-bad-exit ends the step's other tasks once one ends in failure,
+    and the others' parts end at this node's news while its launcher is still ending its other ranks. A stop the
+    user asked for, or a hang, stays what it is."""
+    if returncode == 0 or first_exit_at is None or first_exit_at >= stop_decided_at:
+        return False
+    return stopping.stopped_for is not None or (bool(stopping.signalled) and failed_first)
 
 
 def peer_done(news: Heartbeat | None, attempt: int) -> bool:

@@ -118,9 +118,11 @@ FAILURE_STATES = (JobState.FAILED, JobState.LOST, JobState.UNREACHABLE, JobState
 
 
 # Why this node's part of an attempt stops: its outcome (stopped or hung), the reason said in the log and state, the
-# node whose failure stopped it (None when it is not another node's), and whether every rank's stack is taken first
-# (a hang, or a stop that asked for them: rank_stacks.py).
-StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for", "stacks"), defaults=(False,))
+# node whose failure stopped it (None when it is not another node's), whether every rank's stack is taken first
+# (a hang, or a stop that asked for them: rank_stacks.py), and whether it is a bare signal's (SIGTERM with no stop
+# request of gpufleet's: Slurm's --kill-on-bad-exit, a kill, the node's shutdown).
+StopReason = collections.namedtuple("StopReason", ("outcome", "reason", "stopped_for", "stacks", "signalled"),
+                                    defaults=(False, False))
 
 
 @dataclasses.dataclass(frozen=True)

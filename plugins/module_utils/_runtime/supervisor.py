@@ -93,6 +93,7 @@ class Supervisor:
         self.restart_on, self.restarts_used = parse_restart_on(spec.get("restart_on") or DEFAULT_RESTART_ON), 0
         self.min_nodes = int(spec["min_nodes"]) if spec.get("min_nodes") else None  # None: every node, or the job ends
         self.stop_reason: str | None = None
+        self.stop_signalled = False  # set with stop_reason by _on_signal: no request of gpufleet's, a bare signal
         self.stop_for: str | None = None  # a stop request's node whose failure it is for (the controller's)
         self.stop_stacks = False  # whether the stop request asks for every rank's stack first
         self.gang: Gang | LoneNode = LoneNode()  # a Gang once joined, when the job has several nodes
@@ -145,6 +146,7 @@ class Supervisor:
                 self.stop_reason = self.stop_reason or None
             except OSError:
                 pass
+            self.stop_signalled = self.stop_reason is None
             self.stop_reason = self.stop_reason or "stopped by %s" % signal_name(signum)
 
     # -- the gang ---------------------------------------------------------------------------------------------
@@ -185,7 +187,7 @@ class Supervisor:
         """Whether this node's part must stop now: a stop request (stop.yml, Ctrl-C, a signal) first, else the
         gang's reason."""
         if self.stop_reason is not None:
-            return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for, self.stop_stacks)
+            return StopReason(JobState.STOPPED, self.stop_reason, self.stop_for, self.stop_stacks, self.stop_signalled)
         fault = self.gpu_watch.poll()
         if fault is not None:
             if self.gpu_failure is None:
@@ -365,10 +367,7 @@ class Supervisor:
         ended = self.ended
         self.state_file.write_exit_code(ended.exit_code)
         self.save(
-            state=ended.outcome,
-            exit_code=ended.exit_code,
-            signal=ended.signal,
-            ended_at=ended.ended_at,
+            state=ended.outcome, exit_code=ended.exit_code, signal=ended.signal, ended_at=ended.ended_at,
             first_exit_at=ended.first_exit_at,
             rank_ended_first=ended.rank_ended_first,
             stop_reason=ended.reason or self.stop_reason,

@@ -75,6 +75,20 @@ def test_a_node_that_failed_before_the_news_counts_as_failed():
     assert not gang_rules.failed_before(PEER_FAILED, 1, first_exit_at=101.0, stop_decided_at=100.5)
     assert not gang_rules.failed_before(PEER_FAILED, 0, first_exit_at=100.0, stop_decided_at=100.5)
     assert not gang_rules.failed_before(USER_STOP, 1, first_exit_at=100.0, stop_decided_at=100.5)
+    assert not gang_rules.failed_before(USER_STOP, 1, first_exit_at=100.0, stop_decided_at=100.5, failed_first=True)
+
+
+BARE_SIGTERM = StopReason(JobState.STOPPED, "stopped by SIGTERM", None, False, True)
+
+
+def test_a_bare_signal_after_a_rank_of_this_node_failed_on_its_own_is_that_failure():
+    """Slurm's --kill-on-bad-exit SIGTERMs this node's supervisor once the others' parts ended at its news."""
+    assert gang_rules.failed_before(BARE_SIGTERM, 143, first_exit_at=100.0, stop_decided_at=100.5, failed_first=True)
+    # A rank that ended well, or after the signal, or a launcher that ended well: the signal's stop.
+    assert not gang_rules.failed_before(BARE_SIGTERM, 143, first_exit_at=100.0, stop_decided_at=100.5)
+    assert not gang_rules.failed_before(BARE_SIGTERM, 143, first_exit_at=101.0, stop_decided_at=100.5,
+                                        failed_first=True)
+    assert not gang_rules.failed_before(BARE_SIGTERM, 0, first_exit_at=100.0, stop_decided_at=100.5, failed_first=True)
 
 
 def test_a_lone_node_has_no_gang_to_fail_or_lose():

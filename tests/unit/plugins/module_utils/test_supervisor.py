@@ -584,6 +584,26 @@ def test_a_rank_that_fails_is_told_to_the_other_nodes_before_its_launcher_ends(g
     assert (part["exit_code"], part["failed_rank"], part["rank_exit"], part["failed_at"]) == (1, 1, 137, None), part
 
 
+def test_a_bare_sigterm_after_this_node_s_rank_failed_on_its_own_is_that_failure(gang, tmp_path):
+    """Under Slurm (--kill-on-bad-exit): n1's rank dies, n0's part ends at the news, and Slurm SIGTERMs n1's
+    supervisor while n1's launcher is still ending (12 s here). No stop request is written: n1's part failed."""
+    agent = tmp_path / "slow_agent.py"
+    agent.write_text(AGENT.replace("time.sleep(3.0)", "time.sleep(12.0)"))
+    body = "exec %s %s %s %s\n" % (sys.executable, agent, tmp_path / "rank1.pid", shlex.quote("exec sleep 1000"))
+    g = gang([FOREVER, body], rank_args=({"grace_s": 1.0}, {"grace_s": 30.0}))
+    pidfile = tmp_path / "rank1.pid"
+    wait_for(lambda: pidfile.exists() and g.status(1).get("supervisor_pid"), timeout=30)
+    pid = int(pidfile.read_text())
+    wait_for(lambda: watched_by_supervisor(g.status(1)["supervisor_pid"], pid), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: g.status(0)["state"] in ENDED_STATES, timeout=15)  # at n1's news
+    assert g.status(1)["state"] == "running"  # its launcher still ending
+    os.kill(g.status(1)["supervisor_pid"], signal.SIGTERM)
+    ended = wait_for(g.ended, timeout=45)
+    assert ended[1]["state"] == "failed" and ended[1]["rank_ended_first"], ended[1]
+    assert ended[0]["state"] == "stopped" and ended[0]["stopped_for"] == "n1", ended[0]
+
+
 def test_a_rank_that_ends_well_before_the_others_is_not_told_as_a_failure(gang, tmp_path):
     go = tmp_path / "go"
     body = agent_body(tmp_path, "while [ ! -e %s ]; do sleep 0.05; done; exit 0" % go)
