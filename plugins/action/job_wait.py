@@ -20,7 +20,7 @@ fetch the logs and report.
 
 The progress node (the master) polls every poll_s; a node whose part runs steadily polls PEER_POLL_FACTOR times less
 often, since every poll costs the node and the controller CPU that the ranks share at the start (docs/scale, issue
-50). The end comes as soon all the same: the gang's parts stop together (their supervisors' rules), so the master's
+50). The end is seen as soon all the same: the gang's parts stop together (their supervisors' rules), so the master's
 part changes as soon as any part does, and the wait that sees a change (a new state or attempt, a miss, an end) says
 so on the wake board (GPUFLEET_WAKE_FILE, kept by the same callback), which every other node's wait watches between
 its polls: each then polls at once, and every poll_s for FAST_AFTER_WAKE_S. Where the callback is not enabled there

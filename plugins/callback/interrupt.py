@@ -22,8 +22,8 @@ description:
   - It tells the waits through a file named in the environment variable C(GPUFLEET_INTERRUPT_FILE), which the
     worker processes inherit. The waits of the nodes tell each other that a node's part changed through a second
     one, C(GPUFLEET_WAKE_FILE), so that the nodes other than the master are polled less often while their parts
-    run steadily (M(gpufleet.cluster.job_wait)). Both are in a folder of the run's own, private to its user, removed at the end
-    of the run.
+    run steadily (M(gpufleet.cluster.job_wait)). Both are in a folder of the run's own, private to its user,
+    removed at the end of the run.
 requirements:
   - Enabled with C(callbacks_enabled = gpufleet.cluster.interrupt) in C(ansible.cfg), as in gpufleet's own.
 author:
