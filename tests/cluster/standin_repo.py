@@ -210,16 +210,19 @@ for _version in ("2.26.2-1+cuda12.8", "2.26.5-1+cuda12.8", "2.27.3-1+cuda12.9", 
 # nvidia-dcgm unit running nv-hostengine in the foreground (-n). A newer 4.5.3 is there too, so that an unpinned
 # install would take it. The stand-in dcgmi answers only `dcgmi diag -r N -j [--timeout S]`, and prints no text of
 # its own making: it replays a document of the corpus in tests/fixtures/dcgm (DCGM_REPLAYS, each with the exit code
-# dcgmi gave; the README there names every document's source), installed under DCGM_CORPUS. Which one: the name in
-# /etc/gpufleet-standin/dcgm-diag ("pass" without it). Without a running process named nv-hostengine it replays the
-# runtime error.
+# dcgmi gave and the level it ran, None for a document of no level; the README there names every document's
+# source), installed under DCGM_CORPUS. Which one: the name in /etc/gpufleet-standin/dcgm-diag ("pass" without it);
+# asked for another level than the document's (-r), it refuses rather than answer one level's run with another's.
+# Without a running process named nv-hostengine it replays the runtime error.
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 DCGM_CORPUS = "/usr/share/gpufleet-standin/dcgm"
 DCGM_REPLAYS = {
-    "pass": ("dcgm-4.5.2-r1-pass.json", 0),
-    "persistence-disabled": ("dcgm-4.2.3-r1-persistence-disabled.json", 226),
-    "pending-retirement": ("dcgm-4.5.2-r1-pending-retirement.json", 226),
-    "runtime-error": ("dcgm-4.5.2-runtime-error.json", 245),
+    "pass": ("dcgm-4.5.2-r1-pass.json", 0, 1),
+    "persistence-disabled": ("dcgm-4.2.3-r1-persistence-disabled.json", 226, 1),
+    "pending-retirement": ("dcgm-4.5.2-r1-pending-retirement.json", 226, 1),
+    "memory-pcie-skipped": ("dcgm-4.5.2-r2-memory-pcie-skipped.json", 226, 2),
+    "memory-pcie-allowed": ("dcgm-4.5.2-r2-memory-pcie-allowed.json", 226, 2),
+    "runtime-error": ("dcgm-4.5.2-runtime-error.json", 245, None),
 }
 DCGM_HOSTENGINE = """#!/bin/bash
 exec -a nv-hostengine sleep infinity
@@ -265,7 +268,10 @@ if not engine_running():
     case = "runtime-error"
 if case not in REPLAYS:
     sys.exit("gpufleet stand-in dcgmi: no document %r in the corpus (%s)" % (case, ", ".join(sorted(REPLAYS))))
-name, code = REPLAYS[case]
+name, code, level = REPLAYS[case]
+asked = args[args.index("-r") + 1] if args.index("-r") + 1 < len(args) else ""
+if level is not None and asked != str(level):
+    sys.exit("gpufleet stand-in dcgmi: the document %r is a level-%d run, asked for -r %s" % (case, level, asked))
 with open(os.path.join(CORPUS, name), "rb") as handle:
     sys.stdout.buffer.write(handle.read())
 sys.exit(code)
@@ -278,7 +284,8 @@ def _read_fixture(*parts: str) -> str:
 
 
 DCGMI_SCRIPT = DCGMI.replace("@CORPUS@", DCGM_CORPUS).replace("@REPLAYS@", repr(DCGM_REPLAYS))
-DCGM_FILES = {"%s/%s" % (DCGM_CORPUS, name): _read_fixture("dcgm", name) for name, _code in DCGM_REPLAYS.values()}
+DCGM_FILES = {"%s/%s" % (DCGM_CORPUS, name): _read_fixture("dcgm", name)
+              for name, _code, _level in DCGM_REPLAYS.values()}
 for _version in ("1:4.5.2-1", "1:4.5.3-1"):
     _upstream = _version.split(":")[1].split("-")[0]
     PACKAGES.append(("datacenter-gpu-manager-4-core", _version, {

@@ -121,6 +121,17 @@ def test_dcgm_pinned_held_and_running_and_verify_names_the_gpu_that_fails_its_di
     table = warned.out.split("DCGM diagnostic, per GPU", 1)[1].splitlines()
     assert any(line.startswith(name) and " Warn " in line and "software (warn: CONFIG)" in line
                and "Persistence mode for GPU 0 is disabled" in line for line in table), table[:6]
+    # A real level-2 document whose memory and pcie plugins DCGM skipped without a reason: named in the table, no
+    # failure (the stand-in refuses to answer -r 2 with a level-1 document, and -r 1 with this one).
+    host.run("echo memory-pcie-skipped > /etc/gpufleet-standin/dcgm-diag")
+    try:
+        skipped = node.playbook("verify.yml", "--tags", "stack", "-e", "verify_dcgm_level=2")
+    finally:
+        host.run("rm -f /etc/gpufleet-standin/dcgm-diag")
+    assert skipped.rc == 0, skipped.out[-4000:]
+    table = skipped.out.split("DCGM diagnostic, per GPU", 1)[1].splitlines()
+    assert any(line.startswith(name) and " Warn " in line and "memory (not run), pcie (not run)" in line
+               for line in table), table[:6]
     host.run("echo pending-retirement > /etc/gpufleet-standin/dcgm-diag")
     try:
         failed = node.playbook("verify.yml", "--tags", "stack")

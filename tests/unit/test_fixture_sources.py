@@ -73,8 +73,8 @@ def _dcgmi(tmp_path, case, *args, proc="/proc"):
 @pytest.mark.parametrize("case", sorted(standin_repo.DCGM_REPLAYS))
 def test_the_standin_dcgmi_prints_a_corpus_document_byte_for_byte_with_dcgmis_exit_code(tmp_path, host_engine, case):
     del host_engine
-    done = _dcgmi(tmp_path, case, "diag", "-r", "1", "-j", "--timeout", "300")
-    name, code = standin_repo.DCGM_REPLAYS[case]
+    name, code, level = standin_repo.DCGM_REPLAYS[case]
+    done = _dcgmi(tmp_path, case, "diag", "-r", str(level or 1), "-j", "--timeout", "300")
     with open(os.path.join(FIXTURES, "dcgm", name), "rb") as handle:
         assert done.stdout == handle.read()
     assert done.returncode == code and done.stderr == b""
@@ -92,12 +92,15 @@ def test_the_standin_dcgmi_refuses_what_it_does_not_stand_in_for(tmp_path, host_
     assert _dcgmi(tmp_path, "pass", "discovery", "-l").returncode != 0
     unknown = _dcgmi(tmp_path, "a-document-nobody-captured", "diag", "-r", "1", "-j")
     assert unknown.returncode != 0 and unknown.stdout == b"" and b"no document" in unknown.stderr
+    # A level-2 run's document is no answer to a level-1 run.
+    other = _dcgmi(tmp_path, "memory-pcie-skipped", "diag", "-r", "1", "-j")
+    assert other.returncode != 0 and other.stdout == b"" and b"is a level-2 run, asked for -r 1" in other.stderr
 
 
 def test_the_stand_in_package_carries_the_corpus_documents_it_replays():
     files = {path: content for name, _version, found in standin_repo.PACKAGES
              if name == "datacenter-gpu-manager-4-core" for path, content in found.items()}
-    for name, _code in standin_repo.DCGM_REPLAYS.values():
+    for name, _code, _level in standin_repo.DCGM_REPLAYS.values():
         with open(os.path.join(FIXTURES, "dcgm", name)) as handle:
             assert files["%s/%s" % (standin_repo.DCGM_CORPUS, name)] == handle.read()
 

@@ -127,9 +127,11 @@ def _tests(top: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def parse(output: str, rc: int = 0) -> dict[str, Any]:
-    """{'version', 'driver', 'gpus': [{'gpu', 'entity', 'serial', 'result', 'failed', 'messages'}], 'error'}: one
-    entry per GPU ('entity' "GPU 1"), then per other entity DCGM tested ("NvSwitch 0", 'gpu' None), then "node" for
-    results that name none. 'error' says why there is no result (not JSON, runtime error)."""
+    """{'version', 'driver', 'gpus': [{'gpu', 'entity', 'serial', 'result', 'failed', 'messages', 'skipped'}],
+    'error'}: one entry per GPU ('entity' "GPU 1"), then per other entity DCGM tested ("NvSwitch 0", 'gpu' None), then
+    "node" for results that name none. 'skipped' names the tests DCGM did not run there (Skip, Not Run: DCGM runs a
+    level's hardware tests only on the GPU models its diag-skus.yaml allows them for, and gives no reason in the
+    document). 'error' says why there is no result (not JSON, runtime error)."""
     document = _document(output)
     answer: dict[str, Any] = {"version": None, "driver": None, "gpus": [], "error": None}
     if document is None:
@@ -154,9 +156,11 @@ def parse(output: str, rc: int = 0) -> dict[str, Any]:
         for result in results:
             status, label = _judged(_status(result.get("status")), result)
             for entity in _entities(result):
-                entry = found.setdefault(entity, {"statuses": [], "failed": [], "messages": []})
+                entry = found.setdefault(entity, {"statuses": [], "failed": [], "messages": [], "skipped": []})
                 entry["statuses"].append(status)
-                if status not in ("Pass", "Skip", "Not Run"):
+                if status in ("Skip", "Not Run") and name not in entry["skipped"]:
+                    entry["skipped"].append(name)
+                elif status not in ("Pass", "Skip", "Not Run"):
                     entry["failed"].append("%s (%s)" % (name, label))
                     entry["messages"].extend(_messages(result))
     serials = _serials(document)
@@ -166,7 +170,7 @@ def parse(output: str, rc: int = 0) -> dict[str, Any]:
         answer["gpus"].append({"gpu": gpu, "entity": "%s %s" % (group, number) if number is not None else group,
                                "serial": serials.get(gpu) if gpu is not None else None,
                                "result": _worst(entry["statuses"]), "failed": entry["failed"],
-                               "messages": entry["messages"]})
+                               "messages": entry["messages"], "skipped": entry["skipped"]})
     if not answer["gpus"]:
         answer["error"] = "dcgmi diag returned no test result (exit %d)" % rc
     return answer

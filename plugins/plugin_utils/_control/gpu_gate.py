@@ -284,9 +284,11 @@ def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
     found = []
     for entry in diag.get("gpus") or []:
         result = str(entry.get("result"))
+        label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else str(entry.get("entity") or "")
+        if entry.get("skipped") and result in ("Pass", "Warn", "Skip", "Not Run"):
+            found.append(_dcgm_skipped(label, diag.get("level", 1), result, list(entry["skipped"])))
         if result in ("Pass", "Skip", "Not Run"):
             continue
-        label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else str(entry.get("entity") or "")
         detail = "%s%s" % (", ".join(entry.get("failed") or []) or result.lower(),
                            ": " + entry["messages"][0] if entry.get("messages") else "")
         if result == "Warn":  # DCGM's errors were all of a severity the GPU can work with (dcgm_diag.py)
@@ -296,6 +298,20 @@ def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
             found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s)" % (diag.get("level", 1), detail),
                                  "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
     return found
+
+
+def _dcgm_skipped(label: str, level: Any, result: str, skipped: list[str]) -> Finding:
+    """A warning for the tests DCGM did not run on a GPU it did not fail: DCGM gives no reason in its document, and
+    runs a plugin only on the GPU models its diag-skus.yaml allows it for (the plugin's is_allowed, false for a model
+    it does not list: DCGM's Diagnostic Configuration File and GPU Memory Plugin references)."""
+    what = ("none of DCGM's level-%s tests ran on it (skipped: %s)" if result in ("Skip", "Not Run")
+            else "DCGM's level-%s diagnostic did not run %s on it") % (level, ", ".join(skipped))
+    hint = "the job runs, without those tests' word on this GPU"
+    plugins = [name for name in skipped if name.isidentifier() and name.islower() and name != "software"]
+    if plugins:  # a DCGM 4 plugin's name (DCGM 3's deployment checks had names of words, and no such parameter)
+        hint += ("; DCGM runs a test only on the GPU models its diag-skus.yaml allows it for: dcgmi diag -r %s -p "
+                 "%s.is_allowed=true runs it anyway" % (level, plugins[0]))
+    return Finding(False, label, what, hint)
 
 
 def _warnings(health: Mapping[str, Any]) -> list[Finding]:

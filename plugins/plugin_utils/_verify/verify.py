@@ -142,8 +142,8 @@ def _dcgm_entity(entry: Mapping[str, Any]) -> str:
 
 
 def dcgm_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One line per node and GPU: DCGM's diagnostic result, the tests not passed and DCGM's first message; a node
-    without DCGM, or whose diagnostic did not run, gets one line saying so."""
+    """One line per node and GPU: DCGM's diagnostic result, the tests not passed (those DCGM did not run among them)
+    and DCGM's first message; a node without DCGM, or whose diagnostic did not run, gets one line saying so."""
     rows = []
     for host, diag in results.items():
         if diag.get("skipped"):
@@ -156,7 +156,8 @@ def dcgm_table(results: Mapping[str, Mapping[str, Any]]) -> str:
             rows.append([host, "-", "error", "", str(diag["error"])[:120]])
             continue
         for entry in diag.get("gpus") or []:
-            rows.append([host, _dcgm_entity(entry), str(entry.get("result")), ", ".join(entry.get("failed") or []),
+            not_passed = list(entry.get("failed") or []) + ["%s (not run)" % name for name in entry.get("skipped") or []]
+            rows.append([host, _dcgm_entity(entry), str(entry.get("result")), ", ".join(not_passed),
                          ((entry.get("messages") or [""])[0])[:120]])
     return text_table(["node", "GPU or entity", "result", "not passed", "message"], rows)
 

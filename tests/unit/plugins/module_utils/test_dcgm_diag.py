@@ -19,8 +19,10 @@ def test_a_passing_level_1_gives_each_gpu_pass_with_its_serial():
     result = dcgm_diag.parse(read("dcgm-4.5.2-r1-pass.json"))
     assert result["error"] is None and result["version"] == "4.5.2" and result["driver"] == "580.95.05"
     assert result["gpus"] == [
-        {"gpu": 0, "entity": "GPU 0", "serial": "1650123000001", "result": "Pass", "failed": [], "messages": []},
-        {"gpu": 1, "entity": "GPU 1", "serial": "1650123000002", "result": "Pass", "failed": [], "messages": []}]
+        {"gpu": 0, "entity": "GPU 0", "serial": "1650123000001", "result": "Pass", "failed": [], "messages": [],
+         "skipped": []},
+        {"gpu": 1, "entity": "GPU 1", "serial": "1650123000002", "result": "Pass", "failed": [], "messages": [],
+         "skipped": []}]
 
 
 def test_a_real_persistence_mode_warning_written_as_fail_is_read_as_the_warning_dcgm_means():
@@ -31,7 +33,7 @@ def test_a_real_persistence_mode_warning_written_as_fail_is_read_as_the_warning_
     assert result["gpus"] == [{
         "gpu": 0, "entity": "GPU 0", "serial": None, "result": "Warn", "failed": ["software (warn: CONFIG)"],
         "messages": ['Persistence Mode: Persistence mode for GPU 0 is disabled. Enable persistence mode by running '
-                     '"nvidia-smi -i <gpuId> -pm 1 " as root.']}]
+                     '"nvidia-smi -i <gpuId> -pm 1 " as root.'], "skipped": []}]
 
 
 def test_a_pending_page_retirement_fails_with_dcgms_severity_and_message():
@@ -41,7 +43,41 @@ def test_a_pending_page_retirement_fails_with_dcgms_severity_and_message():
     assert gpu1 == {"gpu": 1, "entity": "GPU 1", "serial": "1650123000002", "result": "Fail",
                     "failed": ["software (fail: RESET)"],
                     "messages": ["Page Retirement/Row Remap: A pending retired page has been detected in GPU 1. "
-                                 "Monitor - this GPU can still perform workload"]}
+                                 "Monitor - this GPU can still perform workload"], "skipped": []}
+
+
+PERSISTENCE = ('Persistence Mode: Persistence mode for GPU 0 is disabled. Enable persistence mode by running '
+               '"nvidia-smi -i <gpuId> -pm 1 " as root.')
+
+
+def test_a_real_level_2_whose_hardware_tests_dcgm_skipped_names_them_and_is_no_pass():
+    """The real pair (GB10, DCGM 4.5.2, level 2, exit 226 both, minutes apart): without DCGM's per-model permission
+    the memory and pcie plugins are "Skip" with no reason given; with -p memory.is_allowed=true;pcie.is_allowed=true
+    they ran and passed. test_summary repeats the software test's warning: it is read once."""
+    gated = dcgm_diag.parse(read("dcgm-4.5.2-r2-memory-pcie-skipped.json"), rc=226)
+    assert gated["error"] is None and gated["version"] == "4.5.2" and gated["driver"] == "580.82.09"
+    assert gated["gpus"] == [{"gpu": 0, "entity": "GPU 0", "serial": None, "result": "Warn",
+                              "failed": ["software (warn: CONFIG)"], "messages": [PERSISTENCE],
+                              "skipped": ["memory", "pcie"]}]
+    allowed = dcgm_diag.parse(read("dcgm-4.5.2-r2-memory-pcie-allowed.json"), rc=226)
+    assert allowed["gpus"] == [dict(gated["gpus"][0], skipped=[])]
+
+
+def test_a_gpu_whose_only_error_was_fixed_still_names_the_tests_dcgm_did_not_run():
+    """The gated capture with persistence mode on (its software result a Pass, as level 1 writes one): the GPU's
+    result is Pass, and what did not run is still named, never folded into the pass."""
+    import json
+
+    document = json.loads(read("dcgm-4.5.2-r2-memory-pcie-skipped.json"))
+    software = document["DCGM Diagnostic"]["test_categories"][0]["tests"][0]
+    software["results"][0] = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 0, "status": "Pass"}
+    software["test_summary"] = {"status": "Pass"}
+    (gpu,) = dcgm_diag.parse(json.dumps(document))["gpus"]
+    assert (gpu["result"], gpu["failed"], gpu["skipped"]) == ("Pass", [], ["memory", "pcie"])
+    for test in document["DCGM Diagnostic"]["test_categories"][0]["tests"]:
+        test["results"][0]["status"] = "Skip"
+    (gpu,) = dcgm_diag.parse(json.dumps(document))["gpus"]
+    assert (gpu["result"], gpu["skipped"]) == ("Skip", ["software", "memory", "pcie"])
 
 
 def _one_result(status, warnings):

@@ -185,11 +185,11 @@ def test_refusals_come_first_in_order():
     assert [finding.fact.split(" ")[0] for finding in found] == ["nvidia-smi", "1", "XID", "its"]
 
 
-def _diag(name, rc):
+def _diag(name, rc, level=1):
     from ansible_collections.gpufleet.cluster.plugins.module_utils._node import dcgm_diag
 
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dcgm", name)) as handle:
-        return dict(dcgm_diag.parse(handle.read(), rc), present=True, level=1)
+        return dict(dcgm_diag.parse(handle.read(), rc), present=True, level=level)
 
 
 def test_dcgm_s_diagnostic_with_health_diag():
@@ -211,6 +211,31 @@ def test_dcgm_s_diagnostic_with_health_diag():
         "node2: health_diag=1 asks for DCGM's diagnostic, and DCGM is not installed; provision the node with "
         "-e dcgm_enabled=true, or leave health_diag out"]
     assert gpu_gate.findings(health(dcgm={"skipped": True}), gpu_gate.GateSettings()) == []
+
+
+def test_the_tests_dcgm_did_not_run_are_warned_of_never_passed_in_silence():
+    """The real level-2 capture (GB10, DCGM 4.5.2) whose memory and pcie plugins DCGM skipped, giving no reason: the
+    GPU is warned of by name, with DCGM's own way to run them; the job still runs. With them allowed (the capture's
+    pair) only the persistence-mode warning is left."""
+    skipped = gpu_gate.findings(health(dcgm=_diag("dcgm-4.5.2-r2-memory-pcie-skipped.json", 226, level=2)),
+                                gpu_gate.GateSettings())
+    assert messages(skipped) == []
+    assert messages(skipped, refuse=False) == [
+        "node2 GPU 0: DCGM's level-2 diagnostic did not run memory, pcie on it; the job runs, without those tests' "
+        "word on this GPU; DCGM runs a test only on the GPU models its diag-skus.yaml allows it for: dcgmi diag -r 2 "
+        "-p memory.is_allowed=true runs it anyway",
+        "node2 GPU 0: DCGM's level-2 diagnostic warns (software (warn: CONFIG): Persistence Mode: Persistence mode for "
+        'GPU 0 is disabled. Enable persistence mode by running "nvidia-smi -i <gpuId> -pm 1 " as root.); the job runs; '
+        "fix what DCGM names"]
+    allowed = gpu_gate.findings(health(dcgm=_diag("dcgm-4.5.2-r2-memory-pcie-allowed.json", 226, level=2)),
+                                gpu_gate.GateSettings())
+    assert [finding.fact.split(" (")[0] for finding in allowed] == ["DCGM's level-2 diagnostic warns"]
+    # A GPU on which nothing ran at all, and DCGM 3's deployment checks (words, no is_allowed parameter to name).
+    nothing = {"present": True, "level": 1, "gpus": [
+        {"gpu": 1, "entity": "GPU 1", "result": "Skip", "failed": [], "messages": [], "skipped": ["Persistence Mode"]}]}
+    assert messages(gpu_gate.findings(health(dcgm=nothing), gpu_gate.GateSettings()), refuse=False) == [
+        "node2 GPU 1: none of DCGM's level-1 tests ran on it (skipped: Persistence Mode); the job runs, without those "
+        "tests' word on this GPU"]
 
 
 def test_xid_154_advises_the_recovery_action_it_names():

@@ -112,6 +112,15 @@ def test_dcgm_table_shows_each_gpu_and_a_failed_gpu_is_named_with_its_node_test_
         "perform workload"]
 
 
+def test_dcgm_table_names_the_tests_dcgm_did_not_run_and_they_are_no_problem():
+    """The real level-2 capture (GB10, DCGM 4.5.2): memory and pcie skipped, DCGM giving no reason."""
+    results = {"spark1": dict(_diag("dcgm-4.5.2-r2-memory-pcie-skipped.json"), level=2)}
+    (row,) = verify.dcgm_table(results).splitlines()[2:]
+    assert row.split()[:4] == ["spark1", "GPU", "0", "Warn"]
+    assert "software (warn: CONFIG), memory (not run), pcie (not run)" in row
+    assert verify.dcgm_problems(results, {}) == []
+
+
 def test_dcgm_missing_where_required_or_without_a_result_is_a_problem_and_not_run_is_not():
     results = {"gpu01": {"present": False, "gpus": []}, "gpu02": {"present": False, "gpus": []},
                "gpu03": dict(_diag("dcgm-4.5.2-runtime-error.json")), "gpu04": {"skipped": True}}
