@@ -208,17 +208,24 @@ def compute_processes(run: Runner = subprocess.run, proc: str = "/proc") -> list
     return found
 
 
+# nvidia-smi's line in place of the links of a GPU with none up ("NVLink", newer "Nvlink": nvidia_smi/README.md in the fixtures)
+_ALL_INACTIVE = "all links are inactive"
+
+
 def nvlink_states(run: Runner = subprocess.run) -> dict[str, dict[str, Any]]:
-    """Per GPU index (a string, as JSON keys are), its NVLink links that are up (a count) and down (their numbers), from `nvidia-smi nvlink
-    --status` ("Link 3: <inactive>" for a link that is down); empty where the GPUs have no NVLink."""
+    """Per GPU index (a string, as JSON keys are), its NVLink links up (a count) and down (their numbers), from `nvidia-smi
+    nvlink --status` ("Link 3: <inactive>" for one down), and "all_inactive" for a GPU with none up ("NVML: Unable to
+    retrieve NVLink information as all links are inActive"); empty where the GPUs have no NVLink."""
     code, out = _smi(run, ["nvlink", "--status"])
     states: dict[str, dict[str, Any]] = {}
-    current = None
+    current: dict[str, Any] | None = None
     for line in out.splitlines() if code == 0 else ():
         gpu = re.match(r"GPU (\d+):", line)
         link = re.match(r"\s*Link (\d+):\s*(.*)", line)
         if gpu:
             current = states.setdefault(gpu.group(1), {"up": 0, "down": []})
+        elif current is not None and _ALL_INACTIVE in line.lower():
+            current["all_inactive"] = True
         elif link and current is not None:
             if "inactive" in link.group(2).lower():
                 current["down"].append(int(link.group(1)))

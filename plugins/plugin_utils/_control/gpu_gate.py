@@ -203,7 +203,7 @@ def _event_words(event: Mapping[str, Any], gpu: Mapping[str, Any] | None) -> tup
 
 def nvlink_down(health: Mapping[str, Any]) -> dict[str, list[int]]:
     """Each GPU's NVLink links that are down while links of the node's GPUs are up, by GPU index; {} where no link is
-    up anywhere (GPUs without NVLink, a bridge not fitted, or a fabric down, which _nvlink() names)."""
+    up anywhere (GPUs without NVLink or bridges, or a fabric down: _nvlink()). A GPU with none up has []: _cut_off()."""
     states = health.get("nvlink") or {}
     if not any(state.get("up") for state in states.values()):
         return {}
@@ -212,9 +212,9 @@ def nvlink_down(health: Mapping[str, Any]) -> dict[str, list[int]]:
 
 def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     states = health.get("nvlink") or {}
+    switches = int(health.get("fabric_switches") or 0)
     if not any(state.get("up") for state in states.values()):
-        switches = int(health.get("fabric_switches") or 0)
-        if switches and any(state.get("down") for state in states.values()):
+        if switches and any(state.get("down") or state.get("all_inactive") for state in states.values()):
             plural = "" if switches == 1 else "es"
             return [Finding(True, "", "no NVLink link is up on any GPU, and the node has %d NVLink switch%s (an "
                             "NVSwitch or NVLink5 system): its fabric is down" % (switches, plural),
@@ -224,23 +224,34 @@ def _nvlink(health: Mapping[str, Any]) -> list[Finding]:
     gpus, found = {str(gpu["index"]): gpu for gpu in health.get("gpus") or []}, []
     up = sum(state.get("up", 0) for state in states.values())
     for index, down in nvlink_down(health).items():
+        label = gpu_label(gpus[index]) if index in gpus else "GPU %s" % index
         if down:
-            gpu = gpus.get(index)
-            label = gpu_label(gpu) if gpu else "GPU %s" % index
             found.append(Finding(True, label, "NVLink link%s %s down while %d other link%s of the node's GPUs are up" % (
                 "s" if len(down) > 1 else "", ", ".join(str(link) for link in down),
                 up, "" if up == 1 else "s"),
                 "check the NVLink fabric (nvidia-smi nvlink --status; Fabric Manager on NVSwitch systems), or reboot "
                 "the node"))
+        elif states[index].get("all_inactive"):
+            found.append(_cut_off(label, up, switches))
     return found
 
 
+def _cut_off(label: str, up: int, switches: int) -> Finding:
+    """A GPU with no NVLink link up ("all links are inActive") beside GPUs with theirs: cut off from the fabric where
+    the node has NVLink switches (a refusal), else a GPU without a bridge, or with a loose one (a warning)."""
+    fact = "none of its NVLink links is up (nvidia-smi: all links are inActive) while %d link%s of the node's other " \
+        "GPUs are up" % (up, "" if up == 1 else "s")
+    if not switches:
+        return Finding(False, label, fact, "the job runs, reaching it over PCIe; fit or reseat its NVLink bridge")
+    return Finding(True, label, fact + ", on a node with %d NVLink switch%s: it is cut off from the fabric" % (
+        switches, "" if switches == 1 else "es"), "check Fabric Manager (systemctl status nvidia-fabricmanager; "
+        "/var/log/fabricmanager.log) and the GPU's fabric state (nvidia-smi -q), or reboot the node")
+
+
 def _imex(health: Mapping[str, Any]) -> list[Finding]:
-    """IMEX on a multi-node NVLink node (GB200/GB300 NVL; nvidia_node.imex_state). Installed and not running refuses
-    (CUDA cannot share GPU memory across the NVLink domain, and NCCL goes between the trays over the network without
-    saying so), and so does running without an IMEX channel (CUDA's fabric-handle calls then fail with a permission
-    error; the driver creates none by default: open-gpu-kernel-modules nv-reg.h). Not installed (the nvidia_imex role
-    left out or turned off) and a node whose init is not systemd are warned of."""
+    """IMEX on a multi-node NVLink node (GB200/GB300 NVL; nvidia_node.imex_state): installed and not running, or
+    running without a channel (the driver creates none: open-gpu-kernel-modules nv-reg.h), refuses; not installed, or
+    on a node whose init is not systemd, warns."""
     imex = health.get("imex")
     if not imex:
         return []
@@ -281,37 +292,35 @@ def _dcgm(health: Mapping[str, Any]) -> list[Finding]:
     if diag.get("error"):
         return [Finding(False, "", "DCGM's diagnostic did not run: %s" % diag["error"],
                         "check nv-hostengine (systemctl status nvidia-dcgm)")]
-    found = []
+    found, level = [], diag.get("level", 1)
     for entry in diag.get("gpus") or []:
         result = str(entry.get("result"))
         label = "GPU %s" % entry["gpu"] if entry.get("gpu") is not None else str(entry.get("entity") or "")
         if entry.get("skipped") and result in ("Pass", "Warn", "Skip", "Not Run"):
-            found.append(_dcgm_skipped(label, diag.get("level", 1), result, list(entry["skipped"])))
+            found.append(_dcgm_skipped(label, level, result, list(entry["skipped"])))
         if result in ("Pass", "Skip", "Not Run"):
             continue
         detail = "%s%s" % (", ".join(entry.get("failed") or []) or result.lower(),
                            ": " + entry["messages"][0] if entry.get("messages") else "")
         if result == "Warn":  # DCGM's errors were all of a severity the GPU can work with (dcgm_diag.py)
-            found.append(Finding(False, label, "DCGM's level-%s diagnostic warns (%s)" % (diag.get("level", 1), detail),
+            found.append(Finding(False, label, "DCGM's level-%s diagnostic warns (%s)" % (level, detail),
                                  "the job runs; fix what DCGM names"))
-        else:
-            found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s)" % (diag.get("level", 1), detail),
-                                 "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
+            continue
+        found.append(Finding(True, label, "fails DCGM's level-%s diagnostic (%s)" % (level, detail),
+                             "see dcgmi diag -r 3 on the node; reset the GPU, or take it out of service"))
     return found
 
 
 def _dcgm_skipped(label: str, level: Any, result: str, skipped: list[str]) -> Finding:
-    """A warning for the tests DCGM did not run on a GPU it did not fail: DCGM gives no reason in its document, and
-    runs a plugin only on the GPU models its diag-skus.yaml allows it for (the plugin's is_allowed, false for a model
-    it does not list: DCGM's Diagnostic Configuration File and GPU Memory Plugin references)."""
+    """The tests DCGM did not run on a GPU it did not fail, with no reason given: DCGM runs a plugin only on the GPU
+    models its diag-skus.yaml allows (the plugin's is_allowed: DCGM's Diagnostic Configuration File reference)."""
     what = ("none of DCGM's level-%s tests ran on it (skipped: %s)" if result in ("Skip", "Not Run")
             else "DCGM's level-%s diagnostic did not run %s on it") % (level, ", ".join(skipped))
-    hint = "the job runs, without those tests' word on this GPU"
+    # A DCGM 4 plugin's name (DCGM 3's deployment checks had names of words, and no such parameter).
     plugins = [name for name in skipped if name.isidentifier() and name.islower() and name != "software"]
-    if plugins:  # a DCGM 4 plugin's name (DCGM 3's deployment checks had names of words, and no such parameter)
-        hint += ("; DCGM runs a test only on the GPU models its diag-skus.yaml allows it for: dcgmi diag -r %s -p "
-                 "%s.is_allowed=true runs it anyway" % (level, plugins[0]))
-    return Finding(False, label, what, hint)
+    return Finding(False, label, what, "the job runs, without those tests' word on this GPU" + (
+        "; DCGM runs a test only on the GPU models its diag-skus.yaml allows it for: dcgmi diag -r %s -p "
+        "%s.is_allowed=true runs it anyway" % (level, plugins[0]) if plugins else ""))
 
 
 def _warnings(health: Mapping[str, Any]) -> list[Finding]:
@@ -363,8 +372,8 @@ def findings(health: Mapping[str, Any], settings: GateSettings) -> list[Finding]
     refusals = _count(health, settings)
     for gpu in health.get("gpus") or []:
         refusals += _gpu_state(gpu)
-    refusals += _busy(health, settings) + _xids(health, settings) + _nvlink(health)
-    late = _imex(health) + _dcgm(health) + _kernel_log(health, settings)
+    refusals += _busy(health, settings) + _xids(health, settings)
+    late = _nvlink(health) + _imex(health) + _dcgm(health) + _kernel_log(health, settings)
     return refusals + [f for f in late if f.refuse] + _warnings(health) + [f for f in late if not f.refuse]
 
 

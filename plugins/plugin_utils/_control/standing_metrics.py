@@ -74,7 +74,10 @@ def health(check: health_check.NodeCheck, at: float, probe: Mapping[str, Any] | 
                     "network) and verdict (refused, warned).",
                     [({"class": klass, "verdict": verdict}, _count(check, klass, verdict == "refused"))
                      for klass in ("gpu", "network") for verdict in ("refused", "warned")])
-    down = gpu_gate.nvlink_down((probe or {}).get("gpu_health") or {})
+    health = (probe or {}).get("gpu_health") or {}
+    # A GPU with no link up has no count nvidia-smi gives: left out rather than read as 0 (the check names it).
+    down = {index: links for index, links in gpu_gate.nvlink_down(health).items()
+            if not health["nvlink"][index].get("all_inactive")}
     if down:
         lines += _gauge("gpufleet_node_nvlink_links_down", "Each GPU's NVLink links that were down at the last "
                         "health check while other links of the node's GPUs were up.",

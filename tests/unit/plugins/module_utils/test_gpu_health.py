@@ -144,6 +144,18 @@ def test_nvlink_links_written_inactive_are_down():
     assert states["3"] == {"up": 10, "down": [4, 9]} and states["2"] == {"up": 12, "down": []}
 
 
+def test_a_gpu_nvidia_smi_says_has_all_its_links_inactive_is_marked_so():
+    """Real captures: three RTX A6000s, two bridged (GPU 2 without a bridge); two A100 PCIe without one; the lines of
+    one GPU of an HGX B200 whose links were all down (a user's report). nvidia-smi prints no link for such a GPU."""
+    a6000 = gpu_health.nvlink_states(replay("nvlink-status-rtx-a6000-one-gpu-unbridged.txt"))
+    assert a6000 == {"0": {"up": 4, "down": []}, "1": {"up": 4, "down": []},
+                     "2": {"up": 0, "down": [], "all_inactive": True}}
+    assert gpu_health.nvlink_states(replay("nvlink-status-a100-pcie-no-bridge.txt")) == {
+        str(gpu): {"up": 0, "down": [], "all_inactive": True} for gpu in range(2)}
+    assert gpu_health.nvlink_states(replay("nvlink-status-b200-gpu2-all-inactive-excerpt.txt")) == {
+        "2": {"up": 0, "down": [], "all_inactive": True}}
+
+
 def test_nvlink_links_up_and_down(tmp_path):
     run = standin(tmp_path, {"gpus": [{}, {}], "nvlink": {"0": ["26.562 GB/s"] * 3, "1": ["26.562 GB/s", "<inactive>",
                                                                                           "<inactive>"]}})

@@ -268,6 +268,43 @@ def test_a_gpu_whose_nvlink_fabric_is_not_completed_refuses_naming_its_state():
         "/var/log/fabricmanager.log), wait while it is In Progress, or reboot the node"]
 
 
+def _nvlink_capture(name):
+    import subprocess
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia_smi", name)) as handle:
+        out = handle.read()
+    return gpu_gate.gpu_health.nvlink_states(lambda cmd, **_kw: subprocess.CompletedProcess(cmd, 0, out, ""))
+
+
+def test_a_gpu_with_no_nvlink_link_up_beside_gpus_with_theirs_is_named():
+    """A GPU for which nvidia-smi prints "all links are inActive" while the node's other GPUs have links up: on a
+    workstation (no NVLink switch; the real capture of three RTX A6000s, GPU 2 without a bridge) a warning; on an
+    NVSwitch board (GPU 2's real lines from an HGX B200 beside two GPUs with their 18 links up) a refusal: NCCL
+    would reach it over PCIe, or not at all, and nothing else says so. Without any link up on a node without a
+    switch (two A100 PCIe without a bridge, real) there is nothing to say."""
+    workstation = [gpu(0), gpu(1), gpu(2)]
+    found = gpu_gate.findings(health(workstation, nvlink=_nvlink_capture("nvlink-status-rtx-a6000-one-gpu-unbridged.txt"),
+                                     pci_gpus=3), gpu_gate.GateSettings())
+    assert messages(found) == []
+    assert messages(found, refuse=False) == [
+        "node2 GPU 2 (0000:1a:00.0): none of its NVLink links is up (nvidia-smi: all links are inActive) while 8 links "
+        "of the node's other GPUs are up; the job runs, reaching it over PCIe; fit or reseat its NVLink bridge"]
+    board = dict(_nvlink_capture("nvlink-status-b200-gpu2-all-inactive-excerpt.txt"),
+                 **{"0": {"up": 18, "down": []}, "1": {"up": 18, "down": []}})
+    refused = gpu_gate.findings(health(workstation, nvlink=board, pci_gpus=3, fabric_switches=2), gpu_gate.GateSettings())
+    assert messages(refused) == [
+        "node2 GPU 2 (0000:1a:00.0): none of its NVLink links is up (nvidia-smi: all links are inActive) while 36 "
+        "links of the node's other GPUs are up, on a node with 2 NVLink switches: it is cut off from the fabric; check "
+        "Fabric Manager (systemctl status nvidia-fabricmanager; /var/log/fabricmanager.log) and the GPU's fabric state "
+        "(nvidia-smi -q), or reboot the node"]
+    unbridged = _nvlink_capture("nvlink-status-a100-pcie-no-bridge.txt")
+    assert gpu_gate.findings(health(nvlink=unbridged), gpu_gate.GateSettings()) == []
+    # The same GPUs on a node with NVLink switches: the whole fabric is down.
+    assert [f.fact.split(":")[0] for f in gpu_gate.findings(health(nvlink=unbridged, fabric_switches=4),
+                                                            gpu_gate.GateSettings())] == [
+        "no NVLink link is up on any GPU, and the node has 4 NVLink switches (an NVSwitch or NVLink5 system)"]
+
+
 def test_no_nvlink_up_on_a_node_with_nvlink_switches_is_a_refusal_not_no_nvlink():
     down = {"0": {"up": 0, "down": [0, 1]}, "1": {"up": 0, "down": [0, 1]}}
     assert gpu_gate.findings(health(nvlink=down), gpu_gate.GateSettings()) == []  # PCIe GPUs, no switch

@@ -79,6 +79,15 @@ def test_a_refused_check_with_a_port_down_and_nvlink_links_down(tmp_path):
         'gpufleet_node_nvlink_links_down{gpu="%d"}' % gpu: (2 if gpu == 3 else 0) for gpu in range(8)}
 
 
+def test_a_gpu_with_no_nvlink_link_up_has_no_links_down_series_rather_than_a_zero():
+    """The real capture of three RTX A6000s, GPU 2 without a bridge: nvidia-smi gives no link count for it."""
+    nvlink = gpu_health.nvlink_states(replay("nvlink-status-rtx-a6000-one-gpu-unbridged.txt"))
+    check = health_check.NodeCheck(health_check.WARNED, {"gpu": [], "network": []}, 0, "")
+    found = samples(standing_metrics.health(check, NOW, {"gpu_health": {"nvlink": nvlink}}))
+    assert {key: value for key, value in found.items() if key.startswith("gpufleet_node_nvlink")} == {
+        'gpufleet_node_nvlink_links_down{gpu="0"}': 0, 'gpufleet_node_nvlink_links_down{gpu="1"}': 0}
+
+
 def test_a_passed_check_without_nvlink_has_no_link_series_and_a_node_not_checked_has_no_file():
     check = health_check.NodeCheck(health_check.PASSED, {"gpu": [], "network": []}, 0, "")
     text = standing_metrics.health(check, NOW, {"gpu_health": {"nvlink": {"0": {"up": 0, "down": [0, 1]}}}})
