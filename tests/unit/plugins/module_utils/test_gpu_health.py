@@ -302,8 +302,9 @@ def no_kmsg(monkeypatch):
 
 def test_kmsg_unreadable_falls_back_on_journalctl(monkeypatch):
     no_kmsg(monkeypatch)
-    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal("handmade-grep-xid-119.json"))
-    assert source == "journalctl" and [(event["xid"], event["time"]) for event in events] == [(119, 1764000123.25)]
+    events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal("252-root-grep-xid-119.json"))
+    assert source == "journalctl" and [(event["xid"], event["time"]) for event in events] == [(119, 1796236499.41115)]
+    assert events[0]["bus_id"] == "0000:9b:00" and events[0]["class"] == "hardware"
 
 
 def test_journalctl_that_shows_no_kernel_message_is_unreadable_not_no_xid(monkeypatch):
@@ -317,9 +318,10 @@ def test_journalctl_that_shows_no_kernel_message_is_unreadable_not_no_xid(monkey
 
 
 def test_journalctl_exit_1_is_no_xid_where_the_kernel_journal_is_readable(monkeypatch):
+    """The real runs over a kernel journal holding the driver's start and no XID: --grep exits 1, -n 1 shows a line."""
     no_kmsg(monkeypatch)
     events, source = gpu_health.kernel_xids(gpu_health.KMSG, run=journal(
-        "252-nonroot-grep-no-kernel-journal.json", "handmade-last-kernel-line.json"))
+        "252-root-grep-no-xid.json", "252-root-last-kernel-line.json"))
     assert (events, source) == ([], "journalctl")
 
 
