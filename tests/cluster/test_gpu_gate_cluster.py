@@ -101,12 +101,14 @@ def test_a_bad_gpu_refuses_the_launch_before_anything_is_written(cluster, gpus, 
 
 def test_an_acknowledged_xid_and_a_shared_gpu_launch_with_the_warnings_shown(cluster, gpus):
     """The acknowledgement lets an XID logged before it through, allow_busy_gpus a GPU another process holds; a
-    narrow PCIe link and clocks held down at idle only warn. The job then runs and succeeds."""
+    narrow PCIe link, clocks held down at idle and a GPU with no NVLink link up beside one with its links up (no
+    NVLink switch on this node: a GPU without its bridge) only warn. The job then runs and succeeds."""
     pid = foreign_process(cluster)
     try:
         gpu_standin.write_state(NODE, {"gpus": [{"pcie.link.width.current": 8},
                                                 {"clocks_event_reasons.active": "0x0000000000000041"}],
-                                       "processes": [{"gpu": 0, "pid": pid, "name": "python3", "memory": 512}]})
+                                       "processes": [{"gpu": 0, "pid": pid, "name": "python3", "memory": 512}],
+                                       "nvlink": {"0": [UP] * 4, "1": "all inactive"}})
         gpu_standin.log_kernel(NODE, XID_79, at=time.time() - 120)
         refused = cluster.playbook("train.yml", *ARGS, "-e", "allow_busy_gpus=true")
         assert refused.rc != 0 and "XID 79" in refused.out
@@ -121,6 +123,9 @@ def test_an_acknowledged_xid_and_a_shared_gpu_launch_with_the_warnings_shown(clu
     assert ("node1 GPU 0 (0000:18:00.0): its PCIe link runs at x8, narrower than its x16; the job runs, with slower "
             "host transfers") in out
     assert "node1 GPU 1 (0000:19:00.0): its clocks are held down (HW thermal slowdown) at 0% utilisation" in out
+    # (The warnings are printed as YAML, whose single-quoted strings double the apostrophe of "node's".)
+    assert ("node1 GPU 1 (0000:19:00.0): none of its NVLink links is up (nvidia-smi: all links are inActive) while 4 "
+            "links of the node") in out and "other GPUs are up; the job runs, reaching it over PCIe" in out
     assert "GPU health: no GPU on node0" in out
     # node2's fake sysfs has an H100 on its PCI bus (testbed.FAKE_SYS) and no nvidia-smi.
     assert "node2: 1 NVIDIA GPU on the PCI bus but nvidia-smi is not installed, so the job runs without it here" in out

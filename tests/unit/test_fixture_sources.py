@@ -143,6 +143,16 @@ def test_the_standin_nvidia_smi_prints_the_real_h200s_health_query_byte_for_byte
     assert (done.stdout, done.returncode) == (_smi_capture(capture), 0)
 
 
+def test_the_standin_nvidia_smi_prints_a_real_workstations_nvlink_status_byte_for_byte(tmp_path):
+    """Three RTX A6000s, GPUs 0 and 1 bridged, GPU 2 without a bridge (each GPU's name and UUID from the capture)."""
+    capture = _smi_capture("nvlink-status-rtx-a6000-one-gpu-unbridged.txt")
+    heads = re.findall(r"^GPU \d+: (.+) \(UUID: (GPU-[0-9a-f-]+)\)$", capture, re.M)
+    state = {"gpus": [{"name": name, "uuid": uuid} for name, uuid in heads],
+             "nvlink": {"0": ["14.062 GB/s"] * 4, "1": ["14.062 GB/s"] * 4, "2": "all inactive"}}
+    done = _standin_smi(tmp_path, state, "nvlink", "--status")
+    assert (done.stdout, done.returncode) == (capture, 0)
+
+
 @pytest.mark.parametrize("args, capture, code", [
     (["--query-compute-apps=gpu_bus_id,pid,process_name,used_memory", "--format=csv,noheader,nounits"],
      "h200-compute-apps.csv", 0),

@@ -8,7 +8,7 @@ It answers the calls gpufleet makes, in nvidia-smi's own output formats (nvidia-
     {"driver": "580.95.05",
      "gpus": [{"pci.bus_id": "00000000:18:00.0", "state": "ok"|"lost"|"reset", "<query field>": value, ...}],
      "processes": [{"gpu": 0, "pid": 4242, "name": "python3", "memory": 10240}],
-     "nvlink": {"0": ["26.562 GB/s", "<inactive>"]}}
+     "nvlink": {"0": ["26.562 GB/s", "<inactive>"], "1": "all inactive"}}
 
 A GPU's fields default to an idle, healthy H100 SXM (below). "lost": nvidia-smi cannot reach it, as a GPU that has
 fallen off the bus ("Unable to determine the device handle for GPU0000:18:00.0: Unknown Error", exit 15, "GPU is
@@ -17,8 +17,9 @@ not know is refused as nvidia-smi refuses it. What this does not do: anything a 
 
 Its formats are a real nvidia-smi's (tests/fixtures/nvidia_smi/h200-*, captured on an H200 with driver 580.159.04):
 the header's names and units, the units after values, the refusal's empty line, no output from `nvlink --status` for
-a GPU without NVLink. tests/unit/test_fixture_sources.py checks that, given that GPU's values, it prints those
-captures byte for byte.
+a GPU without NVLink; and `nvlink --status` as a workstation's nvidia-smi printed it (nvlink-status-rtx-a6000-*:
+a tab and a space before each link, the line in place of the links of a GPU with none up).
+tests/unit/test_fixture_sources.py checks that, given those GPUs' values, it prints those captures byte for byte.
 """
 
 import json
@@ -124,11 +125,18 @@ def query_apps(fields: list, options: str, state: dict) -> int:
     return 0
 
 
+# What nvidia-smi prints in place of the links of a GPU none of whose links is up ("all inactive" in the state).
+ALL_INACTIVE = "NVML: Unable to retrieve NVLink information as all links are inActive"
+
+
 def nvlink_status(state: dict) -> int:
     for gpu in gpus(state):
         links = (state.get("nvlink") or {}).get(str(gpu["index"]), [])
         if links:  # a GPU without NVLink gets no line at all
             print("GPU %d: %s (UUID: %s)" % (gpu["index"], gpu["name"], gpu["uuid"]))
+        if links == "all inactive":
+            print(ALL_INACTIVE)
+            continue
         for number, link in enumerate(links):
             print("\t Link %d: %s" % (number, link))
     return 0
