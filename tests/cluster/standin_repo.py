@@ -269,7 +269,7 @@ if not engine_running():
 if case not in REPLAYS:
     sys.exit("gpufleet stand-in dcgmi: no document %r in the corpus (%s)" % (case, ", ".join(sorted(REPLAYS))))
 name, code, level = REPLAYS[case]
-asked = args[args.index("-r") + 1] if args.index("-r") + 1 < len(args) else ""
+asked = (args[args.index("-r") + 1:] or [""])[0]
 if level is not None and asked != str(level):
     sys.exit("gpufleet stand-in dcgmi: the document %r is a level-%d run, asked for -r %s" % (case, level, asked))
 with open(os.path.join(CORPUS, name), "rb") as handle:

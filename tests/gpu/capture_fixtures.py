@@ -46,7 +46,7 @@ CALLS = {
     "nvidia-smi-list": ["nvidia-smi", "-L"],
     "nvidia-smi-q": ["nvidia-smi", "-q"],
     "dcgmi-diag-r1-json": ["dcgmi", "diag", "-r", "1", "-j", "--timeout", "300"],
-    "journalctl-grep": gpu_health.JOURNAL + ["--grep", "NVRM: Xid|SXid \\(PCI"],
+    "journalctl-grep": gpu_health.JOURNAL + gpu_health.XID_GREP,
     "journalctl-last": gpu_health.JOURNAL + ["-n", "1"],
 }
 

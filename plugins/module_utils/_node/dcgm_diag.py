@@ -158,9 +158,10 @@ def parse(output: str, rc: int = 0) -> dict[str, Any]:
             for entity in _entities(result):
                 entry = found.setdefault(entity, {"statuses": [], "failed": [], "messages": [], "skipped": []})
                 entry["statuses"].append(status)
-                if status in ("Skip", "Not Run") and name not in entry["skipped"]:
-                    entry["skipped"].append(name)
-                elif status not in ("Pass", "Skip", "Not Run"):
+                if status in ("Skip", "Not Run"):
+                    if name not in entry["skipped"]:
+                        entry["skipped"].append(name)
+                elif status != "Pass":
                     entry["failed"].append("%s (%s)" % (name, label))
                     entry["messages"].extend(_messages(result))
     serials = _serials(document)

@@ -354,11 +354,11 @@ def kernel_xids(kernel_log: str = KMSG, since: float = 0.0, proc: str = "/proc",
     return events, kernel_log
 
 
-# journalctl -k of this boot; --grep exits 1 both where nothing matched and where the kernel's journal cannot be read
-# at all (systemd issue #32422: a user outside the adm and systemd-journal groups sees no kernel message, and -q hides
-# the hint that says so). So an exit 1 without entries is read as "no XID" only where the same user can read the last
-# kernel message of this boot.
+# journalctl -k of this boot; --grep (XID_GREP: the driver's XID and SXid lines) exits 1 both where nothing matched and
+# where the kernel's journal cannot be read (systemd #32422: a user outside adm and systemd-journal sees no kernel line,
+# and -q hides the hint), so exit 1 without entries is "no XID" only where the user can read the boot's last one.
 JOURNAL = ["journalctl", "-k", "-b", "-q", "--no-pager", "-o", "short-unix"]
+XID_GREP = ["--grep", "NVRM: Xid|SXid \\(PCI"]
 
 
 def _journal(run: Runner, args: list[str]) -> subprocess.CompletedProcess:
@@ -368,7 +368,7 @@ def _journal(run: Runner, args: list[str]) -> subprocess.CompletedProcess:
 def _journal_xids(run: Runner, since: float, why: str) -> tuple[list[dict[str, Any]], str]:
     """The XIDs of this boot from journald's kernel messages: where /dev/kmsg is not readable (not root)."""
     try:
-        done = _journal(run, ["--grep", "NVRM: Xid|SXid \\(PCI"])
+        done = _journal(run, XID_GREP)
         if done.returncode == 1 and not done.stdout.strip():
             last = _journal(run, ["-n", "1"])
             if last.returncode != 0 or not last.stdout.strip():
